@@ -1,0 +1,22 @@
+# The two commands the README opens with: `make demo` and `make test`.
+GO ?= go
+
+.PHONY: demo test fmt-check vet bench
+
+## demo: show a lane queueing by priority and print its snapshot
+demo:
+	$(GO) run ./examples/priority-demo
+
+## test: every test: gofmt check, go vet, go test -race
+test: fmt-check vet
+	$(GO) test -race -count=1 ./...
+
+fmt-check:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+## bench: run the benchmarks and rewrite docs/BENCHMARKS.md with figures and ratios
+bench:
+	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md

@@ -1,0 +1,55 @@
+// Package limiter puts model calls into bounded, priority-ordered lanes, one
+// per (endpoint, model), so that callers beyond a lane's limit wait in a
+// local queue that everyone can see instead of piling onto a slow gateway.
+//
+// # Lanes
+//
+// A lane is named by a key, conventionally "<resolved base URL>|<model id>"
+// (for example "https://gw/v1|protolabs/smart"). Lanes are created on first
+// use and share the limiter's Config. A call takes a Slot with Acquire and
+// gives it back with Release once its work at the gateway is over; for a
+// stream that is when the stream ends, not when the first byte arrives.
+//
+// # Order
+//
+// Waiters are served by class (Interactive, Default, Bulk; see Priority),
+// then first come, first served. The class rides in the context
+// (WithPriority), so goroutines started with it inherit it. A waiter's
+// effective class rises one step for every 60 s it has waited, counted from
+// its logical arrival, which a retry keeps by carrying it in the context
+// (WithArrival), so bulk work is never starved. Config.InteractiveReserve
+// slots are kept for calls whose own class is Interactive: aging never makes
+// other work eligible for them. Every grant decision, the reserve check
+// included, is made under the lane's lock.
+//
+// # Waiting
+//
+// A wait ends with a slot, with a *QueueTimeoutError (errors.Is
+// ErrQueueTimeout) after Config.QueueTimeout, or with the context's error if
+// the context ends first; a context can shorten a wait, never lengthen it.
+// A waiter that gives up leaves nothing behind, and a cancellation that
+// races a grant passes the slot on.
+//
+// # Off
+//
+// MaxInflight 0 turns the limiter off: Acquire returns at once, creates no
+// lane, and costs one branch. Configuration can change at any time
+// (SetConfig); it applies to later grants and never revokes a held slot.
+//
+// # Seeing the queue
+//
+// Snapshot reports every lane in the D8 shape of DESIGN.md (inflight,
+// queue by class, oldest wait, wait percentiles and queue timeouts of the
+// last 5 minutes, saturation); its JSON encoding is that shape exactly.
+// Observers (WithObserver) receive an Event for every enqueue, grant,
+// release, cancellation and timeout, which is how packages such as
+// otelbridge feed metrics and spans without this package importing them.
+//
+// # Time
+//
+// All time is read from a Clock, the system clock by default. Tests inject
+// the fake clock of package limitertest and drive aging, timeouts,
+// saturation and the 5-minute windows step by step, without sleeping.
+//
+// The package imports nothing outside the standard library.
+package limiter

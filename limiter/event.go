@@ -1,0 +1,62 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// EventKind says what happened to a call in a lane.
+type EventKind uint8
+
+const (
+	// Enqueued: the call found no free slot and joined the queue.
+	Enqueued EventKind = iota + 1
+	// Acquired: the call got a slot; Wait is 0 for an immediate grant.
+	Acquired
+	// Released: a slot was given back.
+	Released
+	// Canceled: the call's context ended while it waited; it left the queue.
+	Canceled
+	// TimedOut: the call waited QueueTimeout and left the queue.
+	TimedOut
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Enqueued:
+		return "enqueued"
+	case Acquired:
+		return "acquired"
+	case Released:
+		return "released"
+	case Canceled:
+		return "canceled"
+	case TimedOut:
+		return "timed_out"
+	}
+	return "unknown"
+}
+
+// Event describes one step of one call in a lane.
+type Event struct {
+	Kind     EventKind
+	Lane     string
+	Priority Priority // the call's own class (aging not applied)
+	// Wait is how long the acquisition waited (Acquired, Canceled, TimedOut).
+	Wait time.Duration
+	// Position is the call's 1-based place in line: for Enqueued, one more
+	// than the waiters of the same or a higher class (aging not counted);
+	// for TimedOut, its exact place in the serving order.
+	Position int
+}
+
+// An Observer is told about every event of every lane of a limiter that is
+// on. It is called synchronously on the goroutine of the call the event
+// belongs to (for Released, the one that released), never while a lane lock
+// is held, with the call's context (context.Background for Released). So a
+// slow observer delays only that one call, never the lane or other callers;
+// a panicking observer is recovered and logged, and the call goes on.
+// Observers must be safe for concurrent use. Events of different calls may
+// arrive in any order; for current values (inflight, queue depth) read
+// Limiter.Snapshot instead of summing events.
+type Observer func(ctx context.Context, e Event)

@@ -1,0 +1,190 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter is a registry of lanes sharing one Config. The zero value is not
+// usable; call New. A Limiter is safe for concurrent use.
+type Limiter struct {
+	cfg       atomic.Pointer[Config]
+	clock     Clock
+	origin    time.Time
+	observers []Observer
+	log       *slog.Logger
+	lanes     sync.Map // lane key → *lane; lanes live as long as the limiter
+}
+
+// Option configures New.
+type Option func(*Limiter)
+
+// WithClock makes the limiter read time from c instead of the system clock.
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// WithObserver adds an observer of lane events (see Observer for when and
+// how it is called).
+func WithObserver(o Observer) Option {
+	return func(l *Limiter) { l.observers = append(l.observers, o) }
+}
+
+// WithLogger sets where the limiter logs a panicking observer
+// (slog.Default() otherwise).
+func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
+
+// New returns a limiter with configuration cfg, or the error of
+// cfg.Validate.
+func New(cfg Config, opts ...Option) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{clock: systemClock{}}
+	for _, o := range opts {
+		o(l)
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	l.origin = l.clock.Now()
+	l.cfg.Store(&cfg)
+	return l, nil
+}
+
+// Config returns the configuration in force.
+func (l *Limiter) Config() Config { return *l.cfg.Load() }
+
+// SetConfig replaces the configuration, or returns the error of
+// cfg.Validate and keeps the old one. The new settings apply to later
+// acquisitions and grants: slots already held are never revoked (a lowered
+// limit takes effect as they are released), waiters keep the queue timeout
+// they started with, a raised limit admits waiters at once, and
+// MaxInflight 0 admits every waiter.
+func (l *Limiter) SetConfig(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	l.cfg.Store(&cfg)
+	l.lanes.Range(func(_, v any) bool {
+		ln := v.(*lane)
+		ln.mu.Lock()
+		if ln.q.n > 0 {
+			ln.dispatch(l.clock.Now())
+		}
+		ln.mu.Unlock()
+		return true
+	})
+	return nil
+}
+
+// Acquire takes a slot in the lane named key for a call whose class is
+// PriorityFrom(ctx), waiting in the lane's queue if none is free.
+//
+// When the limiter is off (MaxInflight 0) it returns a zero Slot at once
+// and creates no lane. Otherwise a context that is already done takes no
+// slot and returns ctx.Err(). Waiters are served by effective class, then
+// by logical arrival (see WithArrival): a waiter's class rises one step for
+// every 60 s it has waited, up to Interactive, but only calls whose own
+// class is Interactive may take the reserved slots.
+//
+// A wait ends with the slot, with a *QueueTimeoutError (errors.Is
+// ErrQueueTimeout) after Config.QueueTimeout, or with ctx.Err() when ctx
+// ends first. A call that stops waiting leaves nothing in the queue; if its
+// context ends just as it is granted, the slot passes to the next waiter.
+func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
+	cfg := l.cfg.Load()
+	if cfg.MaxInflight == 0 {
+		return Slot{}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Slot{}, err
+	}
+	p := PriorityFrom(ctx)
+	ln := l.lane(key)
+	ln.mu.Lock()
+	cfg = l.cfg.Load() // decide under the lock with the settings in force now
+	if ln.q.n == 0 && ln.fits(cfg, p) {
+		ln.grantNow()
+		ln.mu.Unlock()
+		if len(l.observers) > 0 {
+			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p})
+		}
+		return Slot{l: ln}, nil
+	}
+	return ln.wait(ctx, cfg, p)
+}
+
+func (l *Limiter) lane(key string) *lane {
+	if v, ok := l.lanes.Load(key); ok {
+		return v.(*lane)
+	}
+	v, _ := l.lanes.LoadOrStore(key, newLane(l, key))
+	return v.(*lane)
+}
+
+func (l *Limiter) emit(ctx context.Context, e Event) {
+	for _, o := range l.observers {
+		l.call(o, ctx, e)
+	}
+}
+
+func (l *Limiter) call(o Observer, ctx context.Context, e Event) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.log.Error("limiter: observer panicked", "event", e.Kind.String(), "lane", e.Lane, "panic", fmt.Sprint(r))
+		}
+	}()
+	o(ctx, e)
+}
+
+// Snapshot reports every lane, sorted by key; with the limiter off it is
+// Snapshot{Enabled: false}. It reads memory only.
+func (l *Limiter) Snapshot() Snapshot {
+	cfg := l.cfg.Load()
+	if cfg.MaxInflight == 0 {
+		return Snapshot{}
+	}
+	now := l.clock.Now()
+	s := Snapshot{Enabled: true, GeneratedAt: now.UTC().Truncate(time.Second), Lanes: []LaneSnapshot{}}
+	l.lanes.Range(func(_, v any) bool {
+		ln := v.(*lane)
+		ln.mu.Lock()
+		s.Lanes = append(s.Lanes, ln.snapshot(cfg, now))
+		ln.mu.Unlock()
+		return true
+	})
+	sort.Slice(s.Lanes, func(i, j int) bool { return s.Lanes[i].Lane < s.Lanes[j].Lane })
+	return s
+}
+
+// Slot is a granted place in a lane. Release it exactly when the call's
+// work at the gateway is over (for a stream, when the stream ends).
+//
+// Release is idempotent through the same Slot variable (or pointers to it):
+// later calls do nothing. It must not be called concurrently on the same
+// Slot, and a copy of a Slot is a second handle on the same place: release
+// through one of them only. The zero Slot (from a limiter that is off)
+// releases nothing.
+type Slot struct {
+	l *lane
+}
+
+// Release gives the slot back; the lane grants it to the next waiter.
+func (s *Slot) Release() {
+	if l := s.l; l != nil {
+		s.l = nil
+		l.release()
+	}
+}
+
+// Lane returns the key of the slot's lane, or "" for the zero Slot.
+func (s *Slot) Lane() string {
+	if s.l == nil {
+		return ""
+	}
+	return s.l.key
+}

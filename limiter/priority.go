@@ -1,0 +1,114 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Priority is the class of a model call. Waiters are served by class first
+// (Interactive, then Default, then Bulk) and by arrival within a class.
+// The zero value is Default, so untagged work is default work.
+type Priority int8
+
+const (
+	// Interactive is work an operator is watching: chat and console turns.
+	// Only Interactive calls may take the lane's reserved slots.
+	Interactive Priority = -1
+	// Default is everything untagged: agent-to-agent, background and
+	// scheduled turns, subagents.
+	Default Priority = 0
+	// Bulk is fan-out work: workflow steps, sweeps, review-panel finders.
+	Bulk Priority = 1
+)
+
+// ErrUnknownPriority is wrapped by the error ParsePriority returns for a name
+// that is not a class.
+var ErrUnknownPriority = errors.New("unknown priority")
+
+// ParsePriority returns the class named s: "interactive", "default" or
+// "bulk", exactly. Any other name gives an error that wraps
+// ErrUnknownPriority and lists the valid names.
+func ParsePriority(s string) (Priority, error) {
+	switch s {
+	case "interactive":
+		return Interactive, nil
+	case "default":
+		return Default, nil
+	case "bulk":
+		return Bulk, nil
+	}
+	return Default, fmt.Errorf("limiter: %w %q: want one of interactive, default, bulk", ErrUnknownPriority, s)
+}
+
+// String returns the class name as ParsePriority accepts it.
+func (p Priority) String() string {
+	switch p {
+	case Interactive:
+		return "interactive"
+	case Default:
+		return "default"
+	case Bulk:
+		return "bulk"
+	}
+	return "Priority(" + strconv.Itoa(int(p)) + ")"
+}
+
+// MarshalText encodes p as its name.
+func (p Priority) MarshalText() ([]byte, error) {
+	if !p.valid() {
+		return nil, fmt.Errorf("limiter: %w %d", ErrUnknownPriority, p)
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText decodes a name accepted by ParsePriority.
+func (p *Priority) UnmarshalText(b []byte) error {
+	q, err := ParsePriority(string(b))
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
+func (p Priority) valid() bool { return p >= Interactive && p <= Bulk }
+
+// index maps the classes onto 0, 1, 2 in serving order.
+func (p Priority) index() int { return int(p - Interactive) }
+
+type priorityKey struct{}
+type arrivalKey struct{}
+
+// WithPriority returns a context whose model calls run in class p.
+// Goroutines started with the returned context inherit the class.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+// PriorityFrom returns the class carried by ctx: Default when ctx carries
+// none, or carries a value that is not a class.
+func PriorityFrom(ctx context.Context) Priority {
+	p, ok := ctx.Value(priorityKey{}).(Priority)
+	if !ok || !p.valid() {
+		return Default
+	}
+	return p
+}
+
+// WithArrival returns a context that carries the logical arrival time t of a
+// call. A retry or reconnect that acquires again under this context keeps
+// its place for aging and for first-come-first-served ordering, instead of
+// starting over at the back of its class. An arrival in the future counts as
+// now.
+func WithArrival(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, arrivalKey{}, t)
+}
+
+// ArrivalFrom returns the logical arrival time carried by ctx, if any.
+func ArrivalFrom(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(arrivalKey{}).(time.Time)
+	return t, ok
+}

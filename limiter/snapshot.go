@@ -1,0 +1,73 @@
+package limiter
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Snapshot is the state of every lane of a limiter, in the D8 shape of
+// DESIGN.md. Its JSON encoding is that shape, key for key; with the limiter
+// off it is exactly {"enabled":false}.
+type Snapshot struct {
+	Enabled     bool           `json:"enabled"`
+	GeneratedAt time.Time      `json:"generated_at"`
+	Lanes       []LaneSnapshot `json:"lanes"`
+}
+
+// LaneSnapshot is the state of one lane.
+type LaneSnapshot struct {
+	Lane             string           `json:"lane"`
+	Limit            int              `json:"limit"`
+	Reserve          int              `json:"reserve"` // the reserve in force, clamped
+	Inflight         int              `json:"inflight"`
+	Queued           int              `json:"queued"`
+	QueuedByPriority QueuedByPriority `json:"queued_by_priority"`
+	// OldestWait is how long the longest-waiting call has waited in this
+	// acquisition; 0 with an empty queue.
+	OldestWait Seconds `json:"oldest_wait_s"`
+	// WaitP50 and WaitP90 are percentiles of the waits of the grants of the
+	// last 5 minutes (immediate grants count as 0), nil with no grant.
+	WaitP50         *Seconds `json:"wait_p50_s_5m"`
+	WaitP90         *Seconds `json:"wait_p90_s_5m"`
+	QueueTimeouts5m int      `json:"queue_timeouts_5m"`
+	// Saturated is true when the queue has been non-empty for 60 s or more
+	// without a break.
+	Saturated bool `json:"saturated"`
+}
+
+// QueuedByPriority counts waiters by their own class.
+type QueuedByPriority struct {
+	Interactive int `json:"interactive"`
+	Default     int `json:"default"`
+	Bulk        int `json:"bulk"`
+}
+
+// Seconds is a time in seconds, rounded to 0.1 and encoded in JSON with one
+// decimal (38.0, 212.4).
+type Seconds float64
+
+func seconds(s float64) Seconds { return Seconds(math.Round(s*10) / 10) }
+
+// Duration returns s as a time.Duration.
+func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
+
+// MarshalJSON encodes s with exactly one decimal.
+func (s Seconds) MarshalJSON() ([]byte, error) {
+	return strconv.AppendFloat(nil, float64(seconds(float64(s))), 'f', 1, 64), nil
+}
+
+// MarshalJSON encodes the D8 shape; a snapshot of a limiter that is off
+// encodes as {"enabled":false}.
+func (s Snapshot) MarshalJSON() ([]byte, error) {
+	if !s.Enabled {
+		return []byte(`{"enabled":false}`), nil
+	}
+	type plain Snapshot
+	p := plain(s)
+	if p.Lanes == nil {
+		p.Lanes = []LaneSnapshot{}
+	}
+	return json.Marshal(p)
+}
