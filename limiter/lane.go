@@ -118,6 +118,7 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
 		w.arrival = a
 	}
+	w.at = int64(w.arrival.Sub(lim.origin))
 	l.enqueue(w)
 	place := l.q.placeOf(p)
 	// A newcomer can be served at once: an interactive call may take a

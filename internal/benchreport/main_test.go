@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+cpu: Test CPU
+BenchmarkAcquireRelease/uncontended/llmlanes-2   	 100	 40.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkAcquireRelease/uncontended/llmlanes-2   	 100	 44.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkAcquireRelease/uncontended/llmlanes-2   	 100	 42.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkAcquireRelease/uncontended/semaphore-2  	 100	 20.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkAcquireRelease/uncontended/llmlanes-off-2	 100	 2.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkProxy/stream/direct-2	 10	 1000 ns/op	 12.5 p50-µs	 64 B/op	 1 allocs/op
+`
+
+func TestParseTakesMedianAndStripsProcs(t *testing.T) {
+	res, cpu := parse(strings.NewReader(sample))
+	if cpu != "Test CPU" {
+		t.Fatalf("cpu %q", cpu)
+	}
+	r := res["BenchmarkAcquireRelease/uncontended/llmlanes"]
+	if r == nil || r.metrics["ns/op"] != 42 {
+		t.Fatalf("median: %+v", r)
+	}
+	if v := res["BenchmarkProxy/stream/direct"].metrics["p50-µs"]; v != 12.5 {
+		t.Fatalf("custom metric %v", v)
+	}
+}
+
+func TestReportRatiosAndGoals(t *testing.T) {
+	res, cpu := parse(strings.NewReader(sample))
+	var b bytes.Buffer
+	report(&b, res, cpu, "go test")
+	out := b.String()
+	for _, want := range []string{
+		"| uncontended | llmlanes | 42.0 | 0 | 0 |  | 2.10x semaphore |",
+		"| limiter uncontended: within 2x of x/sync/semaphore, 0 allocs | 42.0 ns vs 20.0 ns = 2.10x, 0 allocs | **no** |",
+		"| limiter off: under 5 ns, 0 allocs | 2.00 ns, 0 allocs | yes |",
+		"| grant cost 1,000 → 100,000 waiters",
+		"not run",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q\n%s", want, out)
+		}
+	}
+}
