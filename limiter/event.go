@@ -19,6 +19,8 @@ const (
 	Canceled
 	// TimedOut: the call waited QueueTimeout and left the queue.
 	TimedOut
+	// Exchanged: an exchange with the upstream ended (see RecordExchange).
+	Exchanged
 )
 
 func (k EventKind) String() string {
@@ -33,6 +35,8 @@ func (k EventKind) String() string {
 		return "canceled"
 	case TimedOut:
 		return "timed_out"
+	case Exchanged:
+		return "exchanged"
 	}
 	return "unknown"
 }
@@ -48,6 +52,8 @@ type Event struct {
 	// than the waiters of the same or a higher class (aging not counted);
 	// for TimedOut, its exact place in the serving order.
 	Position int
+	// Exchange is the upstream exchange, for Exchanged.
+	Exchange Exchange
 }
 
 // An Observer is told about every event of every lane of a limiter that is

@@ -232,5 +232,6 @@ func (l *lane) snapshot(cfg *Config, now time.Time) LaneSnapshot {
 		s.WaitP50, s.WaitP90 = &a, &b
 	}
 	s.QueueTimeouts5m = int(l.stats.timeouts)
+	s.Upstream = l.stats.upstreamCounts()
 	return s
 }

@@ -55,6 +55,13 @@ func New(cfg Config, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
+// Enabled reports whether the limiter is on (MaxInflight above 0).
+func (l *Limiter) Enabled() bool { return l.cfg.Load().MaxInflight > 0 }
+
+// Clock returns the limiter's clock, so that code timing calls around it
+// (a transport's stall guard, say) can share it.
+func (l *Limiter) Clock() Clock { return l.clock }
+
 // Config returns the configuration in force.
 func (l *Limiter) Config() Config { return *l.cfg.Load() }
 

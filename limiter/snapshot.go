@@ -35,6 +35,10 @@ type LaneSnapshot struct {
 	// Saturated is true when the queue has been non-empty for 60 s or more
 	// without a break.
 	Saturated bool `json:"saturated"`
+	// Upstream counts the lane's exchanges with the gateway in the last 5
+	// minutes, as reported with RecordExchange; nil (and the key left out)
+	// when there were none. It is an extra key beside the D8 ones.
+	Upstream *UpstreamCounts `json:"upstream_5m,omitempty"`
 }
 
 // QueuedByPriority counts waiters by their own class.

@@ -224,3 +224,45 @@ func sameKeys(t *testing.T, where string, a, b map[string]any) {
 		}
 	}
 }
+
+func TestRecordExchangeCountsInWindow(t *testing.T) {
+	var seen []limiter.Exchange
+	h := newHarness(t, cfgN(2), limiter.WithObserver(func(_ context.Context, e limiter.Event) {
+		if e.Kind == limiter.Exchanged {
+			seen = append(seen, e.Exchange)
+		}
+	}))
+	ctx := context.Background()
+	h.lim.RecordExchange(ctx, gw, limiter.Exchange{Outcome: limiter.OutcomeOK}) // no lane yet: not counted
+	s := h.take(gw, "a", limiter.Default)
+	s.Release()
+	if l := h.lane(gw); l.Upstream != nil {
+		t.Fatalf("upstream counts before any exchange in the lane: %+v", l.Upstream)
+	}
+	for _, x := range []limiter.Exchange{
+		{Outcome: limiter.OutcomeOK, Status: 200},
+		{Outcome: limiter.OutcomeServerError, Status: 502},
+		{Outcome: limiter.OutcomeRateLimited, Status: 429, Retry: true},
+		{Outcome: limiter.OutcomeStall},
+		{Outcome: limiter.OutcomeTransportError, Retry: true},
+		{Outcome: limiter.OutcomeClientError, Status: 400},
+		{Outcome: limiter.OutcomeCanceled},
+	} {
+		h.lim.RecordExchange(ctx, gw, x)
+	}
+	want := limiter.UpstreamCounts{OK: 1, ClientErrors: 1, RateLimited: 1, ServerErrors: 1, TransportErrors: 1, Stalls: 1, Canceled: 1, Retries: 2}
+	if l := h.lane(gw); l.Upstream == nil || *l.Upstream != want {
+		t.Fatalf("upstream %+v, want %+v", h.lane(gw).Upstream, want)
+	}
+	b, _ := json.Marshal(h.lane(gw))
+	if !bytes.Contains(b, []byte(`"upstream_5m":{"ok":1,"client_errors":1,"rate_limited":1,"server_errors":1,"transport_errors":1,"stalls":1,"canceled":1,"retries":2}`)) {
+		t.Fatalf("JSON %s", b)
+	}
+	if len(seen) != 8 {
+		t.Fatalf("observer saw %d exchanges, want 8", len(seen))
+	}
+	h.clock.Advance(310 * time.Second)
+	if l := h.lane(gw); l.Upstream != nil {
+		t.Fatalf("upstream counts after 5 minutes: %+v", l.Upstream)
+	}
+}

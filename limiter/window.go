@@ -56,6 +56,20 @@ type windowSlot struct {
 	zeros    uint32
 	timeouts uint32
 	waits    *hist // nil until a non-zero wait lands in this step
+	upstream upstreamCounts
+}
+
+// upstreamCounts counts exchanges by outcome, and retries.
+type upstreamCounts struct {
+	outcomes [numOutcomes]uint32
+	retries  uint32
+}
+
+func (u *upstreamCounts) sub(o *upstreamCounts) {
+	for i := range u.outcomes {
+		u.outcomes[i] -= o.outcomes[i]
+	}
+	u.retries -= o.retries
 }
 
 // window is the 5-minute statistics of one lane. It is guarded by the lane's
@@ -68,6 +82,7 @@ type window struct {
 	timeouts uint64
 	waits    hist
 	nwaits   uint64
+	upstream upstreamCounts
 }
 
 func (w *window) stepOf(now time.Time) int64 { return int64(now.Sub(w.origin) / windowStep) }
@@ -83,6 +98,8 @@ func (w *window) advance(now time.Time) {
 		sl := &w.slots[s%windowSteps]
 		w.zeros -= uint64(sl.zeros)
 		w.timeouts -= uint64(sl.timeouts)
+		w.upstream.sub(&sl.upstream)
+		sl.upstream = upstreamCounts{}
 		if sl.waits != nil {
 			for i, n := range sl.waits {
 				if n != 0 {
@@ -132,6 +149,36 @@ func (w *window) recordTimeout(now time.Time) {
 	w.advance(now)
 	w.slots[w.cur%windowSteps].timeouts++
 	w.timeouts++
+}
+
+// recordExchange counts an upstream exchange at now.
+func (w *window) recordExchange(now time.Time, x Exchange) {
+	w.advance(now)
+	sl := &w.slots[w.cur%windowSteps]
+	sl.upstream.outcomes[x.Outcome]++
+	w.upstream.outcomes[x.Outcome]++
+	if x.Retry {
+		sl.upstream.retries++
+		w.upstream.retries++
+	}
+}
+
+// upstreamCounts returns the exchanges of the window, or nil if none.
+func (w *window) upstreamCounts() *UpstreamCounts {
+	u := &w.upstream
+	if u.retries == 0 && u.outcomes == ([numOutcomes]uint32{}) {
+		return nil
+	}
+	return &UpstreamCounts{
+		OK:              int(u.outcomes[OutcomeOK]),
+		ClientErrors:    int(u.outcomes[OutcomeClientError]),
+		RateLimited:     int(u.outcomes[OutcomeRateLimited]),
+		ServerErrors:    int(u.outcomes[OutcomeServerError]),
+		TransportErrors: int(u.outcomes[OutcomeTransportError]),
+		Stalls:          int(u.outcomes[OutcomeStall]),
+		Canceled:        int(u.outcomes[OutcomeCanceled]),
+		Retries:         int(u.retries),
+	}
 }
 
 // percentiles returns the p50 and p90 of the waits in the window, in

@@ -1,0 +1,111 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome is how one exchange with the upstream gateway ended. Transports
+// such as lanehttp report it with RecordExchange; the lane keeps the counts
+// of the last 5 minutes for classification, and observers see each one.
+type Outcome uint8
+
+const (
+	// OutcomeOK: a complete response with a status below 400.
+	OutcomeOK Outcome = iota
+	// OutcomeClientError: a 4xx other than 429; the request was refused,
+	// which says nothing about the gateway's health.
+	OutcomeClientError
+	// OutcomeRateLimited: a 429.
+	OutcomeRateLimited
+	// OutcomeServerError: a 5xx.
+	OutcomeServerError
+	// OutcomeTransportError: no response (refused, reset, DNS) or a body
+	// broken off by the upstream.
+	OutcomeTransportError
+	// OutcomeStall: no response headers, first byte or next chunk within
+	// the transport's limits.
+	OutcomeStall
+	// OutcomeCanceled: the caller gave up (its context ended, or it closed
+	// the body before the end).
+	OutcomeCanceled
+
+	numOutcomes
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeOK:
+		return "ok"
+	case OutcomeClientError:
+		return "client_error"
+	case OutcomeRateLimited:
+		return "rate_limited"
+	case OutcomeServerError:
+		return "server_error"
+	case OutcomeTransportError:
+		return "transport_error"
+	case OutcomeStall:
+		return "stall"
+	case OutcomeCanceled:
+		return "canceled"
+	}
+	return "unknown"
+}
+
+// Outcomes lists every outcome, in the order of their values.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeOK, OutcomeClientError, OutcomeRateLimited, OutcomeServerError,
+		OutcomeTransportError, OutcomeStall, OutcomeCanceled}
+}
+
+// Exchange describes one attempt's exchange with the upstream, from the
+// moment the request was sent (with its slot held) to the end of the
+// response.
+type Exchange struct {
+	Outcome Outcome
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int
+	// Retry is true when the client marked the attempt as a retry (for the
+	// OpenAI and Anthropic SDKs, X-Stainless-Retry-Count above 0).
+	Retry bool
+	// FirstByte is the time from sending to the first byte of the response
+	// body (for a stream, the first token); 0 when none arrived.
+	FirstByte time.Duration
+	// Duration is the time from sending to the end of the response.
+	Duration time.Duration
+}
+
+// UpstreamCounts counts a lane's exchanges of the last 5 minutes by outcome,
+// and how many of them were SDK retries.
+type UpstreamCounts struct {
+	OK              int `json:"ok"`
+	ClientErrors    int `json:"client_errors"`
+	RateLimited     int `json:"rate_limited"`
+	ServerErrors    int `json:"server_errors"`
+	TransportErrors int `json:"transport_errors"`
+	Stalls          int `json:"stalls"`
+	Canceled        int `json:"canceled"`
+	Retries         int `json:"retries"`
+}
+
+// RecordExchange reports how an exchange in lane key ended. With the
+// limiter on, the lane (if it exists) counts it in its 5-minute window,
+// shown as the snapshot's extra key "upstream_5m"; observers are told in
+// any case, with an Exchanged event. It never creates a lane.
+func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
+	if x.Outcome >= numOutcomes {
+		x.Outcome = OutcomeTransportError
+	}
+	if l.cfg.Load().MaxInflight > 0 {
+		if v, ok := l.lanes.Load(key); ok {
+			ln := v.(*lane)
+			ln.mu.Lock()
+			ln.stats.recordExchange(l.clock.Now(), x)
+			ln.mu.Unlock()
+		}
+	}
+	if len(l.observers) > 0 {
+		l.emit(ctx, Event{Kind: Exchanged, Lane: key, Priority: PriorityFrom(ctx), Exchange: x})
+	}
+}

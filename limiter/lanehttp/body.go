@@ -1,0 +1,126 @@
+package lanehttp
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// exchange is the response body of a model call: it holds the call's slot
+// until the body ends, guards it against stalls, and reports the exchange
+// to the limiter when it is over.
+type exchange struct {
+	t      *Transport
+	clock  limiter.Clock
+	ctx    context.Context // the caller's
+	lane   string
+	cancel context.CancelFunc // cancels the upstream request
+	sent   time.Time
+	retry  bool
+	status int
+	rc     io.ReadCloser
+
+	firstByte atomic.Int64 // ns from sent to the first body byte; 0 until then
+	lastRead  atomic.Int64 // ns from sent to the headers, then to the last read that returned data
+	stalled   atomic.Bool
+
+	// mu orders finish against the stall timer, which may re-arm itself;
+	// the slot is released exactly once, under done.
+	mu         sync.Mutex
+	done       bool
+	slot       limiter.Slot
+	stallTimer limiter.Timer
+}
+
+func (x *exchange) Read(p []byte) (int, error) {
+	n, err := x.rc.Read(p)
+	if n > 0 {
+		since := int64(x.clock.Now().Sub(x.sent))
+		x.firstByte.CompareAndSwap(0, max(since, 1))
+		x.lastRead.Store(since)
+	}
+	switch {
+	case err == nil:
+	case err == io.EOF:
+		x.finish(x.statusOutcome())
+	case x.stalled.Load():
+		err = &StallError{Lane: x.lane, Phase: "response body", After: x.t.StallTimeout}
+		x.finish(limiter.OutcomeStall)
+	case x.ctx.Err() != nil:
+		x.finish(limiter.OutcomeCanceled)
+	default:
+		x.finish(limiter.OutcomeTransportError)
+	}
+	return n, err
+}
+
+// Close ends the exchange. Closing a successful response before its end
+// means the caller gave up on it.
+func (x *exchange) Close() error {
+	err := x.rc.Close()
+	o := x.statusOutcome()
+	if o == limiter.OutcomeOK {
+		o = limiter.OutcomeCanceled
+	}
+	x.finish(o)
+	return err
+}
+
+func (x *exchange) statusOutcome() limiter.Outcome {
+	switch {
+	case x.status == 429:
+		return limiter.OutcomeRateLimited
+	case x.status >= 500:
+		return limiter.OutcomeServerError
+	case x.status >= 400:
+		return limiter.OutcomeClientError
+	}
+	return limiter.OutcomeOK
+}
+
+// checkStall runs when the body may have been quiet for StallTimeout: it
+// cancels the upstream request if so, and otherwise looks again when the
+// quiet spell would reach the limit.
+func (x *exchange) checkStall() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.done {
+		return
+	}
+	idle := x.clock.Now().Sub(x.sent) - time.Duration(x.lastRead.Load())
+	if idle >= x.t.StallTimeout {
+		x.stalled.Store(true)
+		x.cancel() // the pending Read fails and reports the stall
+		return
+	}
+	x.stallTimer = x.clock.AfterFunc(x.t.StallTimeout-idle, x.checkStall)
+}
+
+// finish releases the slot, stops the guards and reports the exchange,
+// once.
+func (x *exchange) finish(o limiter.Outcome) {
+	x.mu.Lock()
+	if x.done {
+		x.mu.Unlock()
+		return
+	}
+	x.done = true
+	if x.stallTimer != nil {
+		x.stallTimer.Stop()
+	}
+	x.slot.Release()
+	x.mu.Unlock()
+	x.cancel()
+	now := x.clock.Now()
+	x.t.Limiter.RecordExchange(x.ctx, x.lane, limiter.Exchange{
+		Outcome:   o,
+		Status:    x.status,
+		Retry:     x.retry,
+		FirstByte: time.Duration(x.firstByte.Load()),
+		Duration:  now.Sub(x.sent),
+	})
+}

@@ -1,0 +1,56 @@
+// Package lanehttp puts the model calls of an HTTP client through the lanes
+// of a limiter.Limiter: wrap the client's transport in a Transport, and each
+// POST to a model endpoint (/chat/completions, /completions, /responses,
+// /messages) waits for a slot in the lane "<base URL>|<model>" before it is
+// sent, and holds the slot until its response body is over: read to the
+// end, broken, or closed. For a stream that is when the stream ends, because
+// the gateway is busy for the whole generation, not just until the first
+// byte. Other requests (embeddings, images, audio, files, listings) pass
+// through without a lane.
+//
+// # Timeouts
+//
+// Transport.ResponseHeaderTimeout and Transport.StallTimeout start only once
+// the slot is held, so time spent queueing never counts toward them. A stall
+// ends the exchange with a *StallError (errors.Is ErrStall), which is not a
+// queue timeout. http.Client.Timeout and an SDK's request timeout
+// (option.WithRequestTimeout in openai-go) do include the queue wait: leave
+// them unset, or set them above limiter.Config.QueueTimeout plus the longest
+// call, and let the lane and these two limits bound the call instead.
+//
+// # Queue timeouts and SDK retries
+//
+// A queue timeout must not be retried: a retry joins the same queue again,
+// which is the retry storm the lanes exist to stop. SDKs retry transport
+// errors unconditionally, so by default a queue timeout is answered with a
+// synthesized response that the official OpenAI and Anthropic SDKs do not
+// retry: status 503, header x-should-retry: false, and an OpenAI-style JSON
+// error whose code is "lane_queue_timeout", naming the lane, the wait, the
+// position and the settings to change. QueueTimeoutFrom recovers the
+// *limiter.QueueTimeoutError from such a response (for openai-go, from
+// (*openai.Error).Response). With Transport.ReturnErrors set, RoundTrip
+// returns the typed errors instead, for direct http.Client users.
+//
+// Each attempt of an SDK's retry loop is a separate RoundTrip: it releases
+// its slot when the SDK closes the failed response, before the backoff, and
+// acquires again for the next attempt. Put limiter.WithArrival in the
+// request's context to let the retry keep the call's place in line and its
+// age.
+//
+// # Bad requests
+//
+// A model call whose body is larger than MaxBodyBytes, is not JSON, or names
+// no model fails before anything is sent: with a synthesized 413 or 400
+// (code "request_too_large", "invalid_json" or "missing_model"), or with a
+// *RequestError when ReturnErrors is set.
+//
+// # Signals
+//
+// Every exchange of a model call ends with limiter.Limiter.RecordExchange:
+// its outcome (ok, 4xx, 429, 5xx, transport error, stall, canceled), whether
+// the SDK marked it as a retry (X-Stainless-Retry-Count above 0), and its
+// time to first byte. They feed the lane's 5-minute upstream counts and the
+// limiter's observers.
+//
+// With the limiter off the Transport passes every request straight through.
+package lanehttp

@@ -1,0 +1,116 @@
+package lanehttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// QueueTimeoutCode is the "code" of the JSON error that answers a queue
+// timeout.
+const QueueTimeoutCode = "lane_queue_timeout"
+
+// ErrorBody is the OpenAI-style JSON error of a synthesized response:
+// {"error": {"message", "type", "code", "param", ...}}. The lane fields are
+// set for a queue timeout only.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the "error" object of an ErrorBody.
+type ErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Code    string  `json:"code"`
+	Param   *string `json:"param"`
+
+	Lane          string   `json:"lane,omitempty"`
+	Priority      string   `json:"priority,omitempty"`
+	WaitedS       *float64 `json:"waited_s,omitempty"`
+	Position      int      `json:"position,omitempty"`
+	Queued        int      `json:"queued,omitempty"`
+	MaxInflight   int      `json:"max_inflight,omitempty"`
+	QueueTimeoutS *float64 `json:"queue_timeout_s,omitempty"`
+}
+
+// QueueTimeoutBody returns the JSON error that answers a queue timeout.
+func QueueTimeoutBody(e *limiter.QueueTimeoutError) ErrorBody {
+	waited, timeout := round1(e.Waited.Seconds()), round1(e.QueueTimeout.Seconds())
+	return ErrorBody{ErrorDetail{
+		Message: e.Error(), Type: "queue_timeout", Code: QueueTimeoutCode,
+		Lane: e.Lane, Priority: e.Priority.String(), WaitedS: &waited, Position: e.Position,
+		Queued: e.Queued, MaxInflight: e.Limit, QueueTimeoutS: &timeout,
+	}}
+}
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// NewErrorResponse returns a synthesized response to req with the given
+// status and JSON error, marked x-should-retry: false so that the official
+// SDKs do not retry it.
+func NewErrorResponse(req *http.Request, status int, body ErrorBody) *http.Response {
+	b, _ := json.Marshal(body)
+	h := make(http.Header, 3)
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Should-Retry", "false")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	return &http.Response{
+		Status:        strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode:    status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(b)),
+		ContentLength: int64(len(b)),
+		Request:       req,
+	}
+}
+
+// requestErrorBody returns the status and JSON error for a refused request.
+func requestErrorBody(e *RequestError) (int, ErrorBody) {
+	status, code := http.StatusBadRequest, "invalid_json"
+	switch {
+	case errors.Is(e.Err, ErrBodyTooLarge):
+		status, code = http.StatusRequestEntityTooLarge, "request_too_large"
+	case errors.Is(e.Err, ErrNoModel):
+		code = "missing_model"
+	}
+	return status, ErrorBody{ErrorDetail{Message: e.Error(), Type: "invalid_request_error", Code: code}}
+}
+
+// QueueTimeoutFrom returns the queue timeout that a response synthesized by
+// a Transport (or by lanes-exporter) reports, reading its body and putting
+// it back. For openai-go, pass (*openai.Error).Response.
+func QueueTimeoutFrom(res *http.Response) (*limiter.QueueTimeoutError, bool) {
+	if res == nil || res.StatusCode != http.StatusServiceUnavailable || res.Body == nil {
+		return nil, false
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return nil, false
+	}
+	var eb ErrorBody
+	if json.Unmarshal(b, &eb) != nil || eb.Error.Code != QueueTimeoutCode {
+		return nil, false
+	}
+	d := eb.Error
+	p, _ := limiter.ParsePriority(d.Priority)
+	e := &limiter.QueueTimeoutError{Lane: d.Lane, Priority: p, Position: d.Position, Queued: d.Queued, Limit: d.MaxInflight}
+	if d.WaitedS != nil {
+		e.Waited = time.Duration(*d.WaitedS * float64(time.Second))
+	}
+	if d.QueueTimeoutS != nil {
+		e.QueueTimeout = time.Duration(*d.QueueTimeoutS * float64(time.Second))
+	}
+	return e, true
+}

@@ -1,0 +1,168 @@
+package lanehttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// Transport is an http.RoundTripper that sends model calls through the
+// lanes of Limiter (see the package documentation). Its fields must not
+// change once it is in use. It is safe for concurrent use.
+type Transport struct {
+	// Limiter owns the lanes. Required.
+	Limiter *limiter.Limiter
+
+	// Base sends the requests; nil means http.DefaultTransport.
+	Base http.RoundTripper
+
+	// ModelCall reports whether a request is a model call, to be sent
+	// through a lane; nil means IsModelCall.
+	ModelCall func(req *http.Request) bool
+
+	// Lane names the lane of a model call from the request and the model
+	// its body names; nil means DefaultLane ("<base URL>|<model>").
+	Lane func(req *http.Request, model string) string
+
+	// MaxBodyBytes bounds the body of a model call, which is read whole
+	// before the call queues; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+
+	// ResponseHeaderTimeout bounds the time from sending a model call (its
+	// slot held) to its response headers; 0 means no limit.
+	ResponseHeaderTimeout time.Duration
+
+	// StallTimeout bounds the time from the response headers to the first
+	// byte of the body, and between reads that return data; 0 means no
+	// limit.
+	StallTimeout time.Duration
+
+	// ReturnErrors makes RoundTrip return a *limiter.QueueTimeoutError or
+	// a *RequestError instead of the synthesized 503, 400 or 413 response.
+	// Leave it false under an SDK that retries transport errors.
+	ReturnErrors bool
+}
+
+// RoundTrip implements http.RoundTripper. For a model call it waits for a
+// slot, sends the request, and returns a response whose body holds the slot
+// until the body is read to the end, fails, or is closed: the caller must
+// close it, as always. Every other request passes straight to Base.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	modelCall := IsModelCall
+	if t.ModelCall != nil {
+		modelCall = t.ModelCall
+	}
+	if !t.Limiter.Enabled() || !modelCall(req) {
+		return base.RoundTrip(req)
+	}
+
+	limit := t.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	body, model, err := readModel(req.Body, limit)
+	if req.Body != nil {
+		req.Body.Close() // a RoundTripper closes the request body, even on error
+	}
+	if err != nil {
+		if !errors.Is(err, ErrBodyTooLarge) && !errors.Is(err, ErrNotJSON) && !errors.Is(err, ErrNoModel) {
+			return nil, err // the caller's body failed to read
+		}
+		re := &RequestError{URL: redact(req.URL), Limit: limit, Err: err}
+		if t.ReturnErrors {
+			return nil, re
+		}
+		status, eb := requestErrorBody(re)
+		return NewErrorResponse(req, status, eb), nil
+	}
+	lane := DefaultLane(req, model)
+	if t.Lane != nil {
+		lane = t.Lane(req, model)
+	}
+
+	ctx := req.Context()
+	slot, err := t.Limiter.Acquire(ctx, lane)
+	if err != nil {
+		var qe *limiter.QueueTimeoutError
+		if errors.As(err, &qe) && !t.ReturnErrors {
+			return NewErrorResponse(req, http.StatusServiceUnavailable, QueueTimeoutBody(qe)), nil
+		}
+		return nil, err
+	}
+	return t.send(base, req, body, lane, slot)
+}
+
+// send makes the exchange of a model call whose slot is held. From here on
+// every path ends in exchange.finish, which releases the slot.
+func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot) (*http.Response, error) {
+	clock := t.Limiter.Clock()
+	upCtx, cancel := context.WithCancel(req.Context())
+	out := req.WithContext(upCtx)
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+
+	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, cancel: cancel, sent: clock.Now()}
+	if n, err := strconv.Atoi(req.Header.Get("X-Stainless-Retry-Count")); err == nil && n > 0 {
+		x.retry = true
+	}
+	var late <-chan struct{}
+	var headerTimer limiter.Timer
+	if d := t.ResponseHeaderTimeout; d > 0 {
+		fired := make(chan struct{})
+		late = fired
+		headerTimer = clock.AfterFunc(d, func() { close(fired); cancel() })
+	}
+
+	res, err := base.RoundTrip(out)
+	if headerTimer != nil && !headerTimer.Stop() {
+		<-late // it fired: the headers were late, whatever RoundTrip returned
+		if res != nil {
+			res.Body.Close()
+		}
+		res, err = nil, &StallError{Lane: lane, Phase: "response headers", After: t.ResponseHeaderTimeout}
+	}
+	if err != nil {
+		outcome := limiter.OutcomeTransportError
+		switch {
+		case errors.Is(err, ErrStall):
+			outcome = limiter.OutcomeStall
+		case req.Context().Err() != nil:
+			outcome = limiter.OutcomeCanceled
+		}
+		x.finish(outcome)
+		return nil, err
+	}
+
+	x.status = res.StatusCode
+	x.rc = res.Body
+	if x.rc == nil {
+		x.rc = http.NoBody
+	}
+	if t.StallTimeout > 0 {
+		x.lastRead.Store(int64(clock.Now().Sub(x.sent)))
+		x.mu.Lock()
+		x.stallTimer = clock.AfterFunc(t.StallTimeout, x.checkStall)
+		x.mu.Unlock()
+	}
+	res.Body = x
+	return res, nil
+}
+
+// redact returns u without user info or query, for messages.
+func redact(u *url.URL) string {
+	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
+	return r.String()
+}
