@@ -32,8 +32,10 @@ type exchange struct {
 	// the slot is released exactly once, under done.
 	mu         sync.Mutex
 	done       bool
+	inBody     bool // the headers are in: the stall guard watches the body
 	slot       limiter.Slot
 	stallTimer limiter.Timer
+	guard      func() // x.check, made once
 }
 
 func (x *exchange) Read(p []byte) (int, error) {
@@ -82,13 +84,19 @@ func (x *exchange) statusOutcome() limiter.Outcome {
 	return limiter.OutcomeOK
 }
 
-// checkStall runs when the body may have been quiet for StallTimeout: it
-// cancels the upstream request if so, and otherwise looks again when the
-// quiet spell would reach the limit.
-func (x *exchange) checkStall() {
+// check runs on the guards' timers. Before the headers, only the header
+// timer runs it, and it means they are late: canceling the request makes
+// RoundTrip return at once. In the body, it cancels the request if the body
+// has been quiet for StallTimeout, and otherwise looks again when the quiet
+// spell would reach the limit.
+func (x *exchange) check() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.done {
+		return
+	}
+	if !x.inBody {
+		x.cancel()
 		return
 	}
 	idle := x.clock.Now().Sub(x.sent) - time.Duration(x.lastRead.Load())
@@ -97,7 +105,7 @@ func (x *exchange) checkStall() {
 		x.cancel() // the pending Read fails and reports the stall
 		return
 	}
-	x.stallTimer = x.clock.AfterFunc(x.t.StallTimeout-idle, x.checkStall)
+	x.stallTimer = x.clock.AfterFunc(x.t.StallTimeout-idle, x.guard)
 }
 
 // finish releases the slot, stops the guards and reports the exchange,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // DefaultMaxBodyBytes is the largest model-call body a Transport reads when
@@ -45,7 +46,8 @@ func BaseURL(req *http.Request) string {
 
 // DefaultLane names the lane of a model call: BaseURL(req) + "|" + model.
 func DefaultLane(req *http.Request, model string) string {
-	return BaseURL(req) + "|" + model
+	base, _ := splitAPIPath(req.URL.Path)
+	return req.URL.Scheme + "://" + strings.ToLower(req.URL.Host) + base + "|" + model
 }
 
 // Errors of a model call's body, wrapped in a *RequestError.
@@ -72,12 +74,23 @@ func (e *RequestError) Error() string {
 func (e *RequestError) Unwrap() error { return e.Err }
 
 // readModel reads a model call's body (up to limit bytes) and returns it
-// with the model it names.
-func readModel(body io.Reader, limit int64) ([]byte, string, error) {
-	if body == nil {
+// with the model it names. A declared length over the limit is refused
+// without reading.
+func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
+	if body == nil || body == http.NoBody {
 		return nil, "", ErrNotJSON
 	}
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if length > limit {
+		return nil, "", ErrBodyTooLarge
+	}
+	var b []byte
+	var err error
+	if length > 0 {
+		b = make([]byte, length)
+		_, err = io.ReadFull(body, b)
+	} else {
+		b, err = io.ReadAll(io.LimitReader(body, limit+1))
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -89,18 +102,105 @@ func readModel(body io.Reader, limit int64) ([]byte, string, error) {
 }
 
 // ModelOf returns the "model" of a JSON object, or an error wrapping
-// ErrNotJSON or ErrNoModel. The whole body must be valid JSON; only the
-// model is kept.
+// ErrNotJSON or ErrNoModel. The whole body must be valid JSON. Like
+// encoding/json (and the Python gateways), it takes the last "model" if
+// the key repeats, so the lane is the model the gateway will serve.
+//
+// It validates with json.Valid and then walks only the object's top-level
+// keys, so that finding the model costs no allocation beyond the string.
 func ModelOf(body []byte) (string, error) {
-	var v struct {
-		Model json.RawMessage `json:"model"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
+	if !json.Valid(body) {
+		var v any
+		err := json.Unmarshal(body, &v) // only to say what is wrong
 		return "", fmt.Errorf("%w: %v", ErrNotJSON, err)
 	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return "", ErrNotJSON
+	}
+	var model []byte
+	found := false
+	for i = skipSpace(body, i+1); body[i] != '}'; {
+		k := i
+		i = skipString(body, i)
+		key := body[k:i]
+		i = skipSpace(body, i)
+		i = skipSpace(body, i+1) // the colon
+		v := i
+		i = skipValue(body, i)
+		if isKey(key, "model") {
+			model, found = body[v:i], true
+		}
+		i = skipSpace(body, i)
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	if !found || len(model) < 3 || model[0] != '"' { // absent, null, not a string, or ""
+		return "", ErrNoModel
+	}
+	if inner := model[1 : len(model)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), nil
+	}
 	var m string
-	if len(v.Model) == 0 || bytes.Equal(v.Model, []byte("null")) || json.Unmarshal(v.Model, &m) != nil || m == "" {
+	if json.Unmarshal(model, &m) != nil || m == "" {
 		return "", ErrNoModel
 	}
 	return m, nil
+}
+
+// isKey reports whether the JSON string key (quotes included) is name.
+func isKey(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key[1:len(key)-1]) == name
+	}
+	var k string
+	return json.Unmarshal(key, &k) == nil && k == name
+}
+
+// The skip functions walk JSON already known to be valid.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; ; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+}
+
+// skipValue returns the index just past the value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
 }

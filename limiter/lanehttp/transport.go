@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
@@ -71,7 +70,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
-	body, model, err := readModel(req.Body, limit)
+	body, model, err := readModel(req.Body, req.ContentLength, limit)
 	if req.Body != nil {
 		req.Body.Close() // a RoundTripper closes the request body, even on error
 	}
@@ -107,28 +106,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // every path ends in exchange.finish, which releases the slot.
 func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot) (*http.Response, error) {
 	clock := t.Limiter.Clock()
-	upCtx, cancel := context.WithCancel(req.Context())
-	out := req.WithContext(upCtx)
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, cancel: func() {}, sent: clock.Now()}
+	if v := req.Header.Get("X-Stainless-Retry-Count"); v != "" && v != "0" {
+		x.retry = true
+	}
+	out := req
+	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 {
+		// The guards end a stalled exchange by canceling its request.
+		var upCtx context.Context
+		upCtx, x.cancel = context.WithCancel(req.Context())
+		out = req.WithContext(upCtx)
+	} else {
+		out = new(http.Request)
+		*out = *req // a RoundTripper must not modify the caller's request
+	}
+	out.Body = newReplay(body)
+	out.GetBody = func() (io.ReadCloser, error) { return newReplay(body), nil }
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 
-	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, cancel: cancel, sent: clock.Now()}
-	if n, err := strconv.Atoi(req.Header.Get("X-Stainless-Retry-Count")); err == nil && n > 0 {
-		x.retry = true
-	}
-	var late <-chan struct{}
 	var headerTimer limiter.Timer
-	if d := t.ResponseHeaderTimeout; d > 0 {
-		fired := make(chan struct{})
-		late = fired
-		headerTimer = clock.AfterFunc(d, func() { close(fired); cancel() })
+	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 {
+		x.guard = x.check // one func value for both guards' timers
 	}
-
+	if d := t.ResponseHeaderTimeout; d > 0 {
+		headerTimer = clock.AfterFunc(d, x.guard)
+	}
 	res, err := base.RoundTrip(out)
 	if headerTimer != nil && !headerTimer.Stop() {
-		<-late // it fired: the headers were late, whatever RoundTrip returned
+		// It fired: the headers were late, whatever RoundTrip returned.
 		if res != nil {
 			res.Body.Close()
 		}
@@ -154,12 +160,24 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 	if t.StallTimeout > 0 {
 		x.lastRead.Store(int64(clock.Now().Sub(x.sent)))
 		x.mu.Lock()
-		x.stallTimer = clock.AfterFunc(t.StallTimeout, x.checkStall)
+		x.inBody = true
+		x.stallTimer = clock.AfterFunc(t.StallTimeout, x.guard)
 		x.mu.Unlock()
 	}
 	res.Body = x
 	return res, nil
 }
+
+// replay is a request body replayed from memory.
+type replay struct{ bytes.Reader }
+
+func newReplay(b []byte) *replay {
+	r := new(replay)
+	r.Reset(b)
+	return r
+}
+
+func (*replay) Close() error { return nil }
 
 // redact returns u without user info or query, for messages.
 func redact(u *url.URL) string {

@@ -1,0 +1,99 @@
+package lanehttp_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+)
+
+// BenchmarkRoundTrip measures one non-streaming chat completion on loopback
+// through a bare http.Transport, and through a lanehttp.Transport with the
+// limiter off and on (uncontended): the difference is what the lane adds
+// per call (reading and checking the body, the slot, the guards, the
+// exchange report).
+func BenchmarkRoundTrip(b *testing.B) {
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}]}`)
+	}))
+	defer gw.Close()
+	body := `{"model":"protolabs/smart","messages":[{"role":"user","content":"` + strings.Repeat("hi ", 100) + `"}],"stream":false}`
+	url := gw.URL + "/v1/chat/completions"
+
+	run := func(b *testing.B, rt http.RoundTripper) {
+		client := &http.Client{Transport: rt}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+			res, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}
+	lanes := func(limit int, timeouts bool) http.RoundTripper {
+		lim, _ := limiter.New(limiter.Config{MaxInflight: limit})
+		t := &lanehttp.Transport{Limiter: lim, Base: &http.Transport{}}
+		if timeouts {
+			t.ResponseHeaderTimeout, t.StallTimeout = 60e9, 60e9
+		}
+		return t
+	}
+	b.Run("chat/bare", func(b *testing.B) { run(b, &http.Transport{}) })
+	b.Run("chat/lanes-off", func(b *testing.B) { run(b, lanes(0, false)) })
+	b.Run("chat/lanes", func(b *testing.B) { run(b, lanes(64, false)) })
+	b.Run("chat/lanes-timeouts", func(b *testing.B) { run(b, lanes(64, true)) })
+}
+
+// canned answers every request at once from memory, so that the benchmark
+// below measures the transport itself, without the network's noise.
+type canned struct{}
+
+func (canned) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"ok":true}`)), Request: r}, nil
+}
+
+// BenchmarkOverhead measures what the lane adds to one call, against the
+// bare base transport, with no network in between.
+func BenchmarkOverhead(b *testing.B) {
+	body := `{"model":"protolabs/smart","messages":[{"role":"user","content":"` + strings.Repeat("hi ", 100) + `"}],"stream":false}`
+	run := func(b *testing.B, rt http.RoundTripper) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://gw/v1/chat/completions", strings.NewReader(body))
+			res, err := rt.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}
+	lanes := func(limit int, timeouts bool) http.RoundTripper {
+		lim, _ := limiter.New(limiter.Config{MaxInflight: limit})
+		t := &lanehttp.Transport{Limiter: lim, Base: canned{}}
+		if timeouts {
+			t.ResponseHeaderTimeout, t.StallTimeout = 60e9, 60e9
+		}
+		return t
+	}
+	b.Run("call/bare", func(b *testing.B) { run(b, canned{}) })
+	b.Run("call/lanes-off", func(b *testing.B) { run(b, lanes(0, true)) })
+	b.Run("call/lanes-no-timeouts", func(b *testing.B) { run(b, lanes(64, false)) })
+	b.Run("call/lanes", func(b *testing.B) { run(b, lanes(64, true)) })
+}
