@@ -48,9 +48,11 @@ type Event struct {
 	Priority Priority // the call's own class (aging not applied)
 	// Wait is how long the acquisition waited (Acquired, Canceled, TimedOut).
 	Wait time.Duration
-	// Position is the call's 1-based place in line: for Enqueued, one more
-	// than the waiters of the same or a higher class (aging not counted);
-	// for TimedOut, its exact place in the serving order.
+	// Position is the call's 1-based place in line: for Enqueued (and the
+	// Acquired or Canceled that follows it), the waiters of the same or a
+	// higher class when it queued, itself included (aging not counted); for
+	// TimedOut, its exact place in the serving order; 0 for a call that
+	// never queued.
 	Position int
 	// Exchange is the upstream exchange, for Exchanged.
 	Exchange Exchange

@@ -72,6 +72,8 @@ type Exchange struct {
 	// FirstByte is the time from sending to the first byte of the response
 	// body (for a stream, the first token); 0 when none arrived.
 	FirstByte time.Duration
+	// Sent is when the request was sent, its slot held.
+	Sent time.Time
 	// Duration is the time from sending to the end of the response.
 	Duration time.Duration
 }

@@ -120,7 +120,7 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	}
 	w.at = int64(w.arrival.Sub(lim.origin))
 	l.enqueue(w)
-	place := l.q.placeOf(p)
+	w.place = l.q.placeOf(p)
 	// A newcomer can be served at once: an interactive call may take a
 	// reserved slot that the queued bulk work may not, and a retry that
 	// carries an early arrival may rank first.
@@ -134,7 +134,7 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	// wait is bounded from the moment it is visible.
 	t := lim.clock.AfterFunc(cfg.queueTimeout(), func() { l.expire(w) })
 	l.mu.Unlock()
-	lim.emit(ctx, Event{Kind: Enqueued, Lane: l.key, Priority: p, Position: place})
+	lim.emit(ctx, Event{Kind: Enqueued, Lane: l.key, Priority: p, Position: w.place})
 
 	select {
 	case <-w.ready:
@@ -149,7 +149,7 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	}
 	t.Stop()
 
-	e := Event{Lane: l.key, Priority: p, Wait: w.waited}
+	e := Event{Lane: l.key, Priority: p, Wait: w.waited, Position: w.place}
 	switch w.state {
 	case granted:
 		e.Kind = Acquired

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"encoding/json"
 	"math"
 	"strconv"
 	"time"
@@ -9,11 +8,13 @@ import (
 
 // Snapshot is the state of every lane of a limiter, in the D8 shape of
 // DESIGN.md. Its JSON encoding is that shape, key for key; with the limiter
-// off it is exactly {"enabled":false}.
+// off (the zero Snapshot) it is exactly {"enabled":false}. Limiter.Snapshot
+// always sets GeneratedAt and a non-nil Lanes when on, so both keys are
+// there, "lanes": [] included.
 type Snapshot struct {
 	Enabled     bool           `json:"enabled"`
-	GeneratedAt time.Time      `json:"generated_at"`
-	Lanes       []LaneSnapshot `json:"lanes"`
+	GeneratedAt time.Time      `json:"generated_at,omitzero"`
+	Lanes       []LaneSnapshot `json:"lanes,omitzero"`
 }
 
 // LaneSnapshot is the state of one lane.
@@ -60,18 +61,4 @@ func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * fl
 // MarshalJSON encodes s with exactly one decimal.
 func (s Seconds) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, float64(seconds(float64(s))), 'f', 1, 64), nil
-}
-
-// MarshalJSON encodes the D8 shape; a snapshot of a limiter that is off
-// encodes as {"enabled":false}.
-func (s Snapshot) MarshalJSON() ([]byte, error) {
-	if !s.Enabled {
-		return []byte(`{"enabled":false}`), nil
-	}
-	type plain Snapshot
-	p := plain(s)
-	if p.Lanes == nil {
-		p.Lanes = []LaneSnapshot{}
-	}
-	return json.Marshal(p)
 }

@@ -189,6 +189,9 @@ func (w *window) percentiles() (p50, p90 float64, ok bool) {
 	if n == 0 {
 		return 0, 0, false
 	}
+	if w.nwaits == 0 {
+		return 0, 0, true // every grant was immediate
+	}
 	return w.percentile(0.5, n), w.percentile(0.9, n), true
 }
 

@@ -60,12 +60,15 @@ func (x *exchange) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close ends the exchange. Closing a successful response before its end
-// means the caller gave up on it.
+// Close ends the exchange. A successful response closed before its end
+// counts as canceled only if the caller's context has ended or none of its
+// body had arrived: SDKs stop reading a stream at its end marker ("data:
+// [DONE]") and close it before the transport sees EOF, and telling that
+// from giving up would mean parsing every API's stream format.
 func (x *exchange) Close() error {
 	err := x.rc.Close()
 	o := x.statusOutcome()
-	if o == limiter.OutcomeOK {
+	if o == limiter.OutcomeOK && (x.ctx.Err() != nil || x.firstByte.Load() == 0) {
 		o = limiter.OutcomeCanceled
 	}
 	x.finish(o)
@@ -129,6 +132,7 @@ func (x *exchange) finish(o limiter.Outcome) {
 		Status:    x.status,
 		Retry:     x.retry,
 		FirstByte: time.Duration(x.firstByte.Load()),
+		Sent:      x.sent,
 		Duration:  now.Sub(x.sent),
 	})
 }

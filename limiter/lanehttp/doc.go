@@ -47,7 +47,10 @@
 // # Signals
 //
 // Every exchange of a model call ends with limiter.Limiter.RecordExchange:
-// its outcome (ok, 4xx, 429, 5xx, transport error, stall, canceled), whether
+// its outcome (ok, 4xx, 429, 5xx, transport error, stall, canceled; a
+// successful body closed early counts as canceled only if the caller's
+// context ended or no body had arrived, since SDKs close a stream at its
+// end marker before the transport sees EOF), whether
 // the SDK marked it as a retry (X-Stainless-Retry-Count above 0), and its
 // time to first byte. They feed the lane's 5-minute upstream counts and the
 // limiter's observers.

@@ -1,0 +1,56 @@
+// Package otelbridge makes the lanes of a limiter.Limiter visible through
+// OpenTelemetry: metric instruments fed by the limiter's events and
+// snapshot, and spans that show a model call's time queued beside its time
+// at the gateway.
+//
+// # Wiring
+//
+//	b, err := otelbridge.New(otelbridge.Options{})   // global providers by default
+//	lim, err := limiter.New(cfg, limiter.WithObserver(b.Observe))
+//	err = b.Watch(lim)                               // the gauges read lim's snapshot
+//	client := &http.Client{Transport: b.Transport(&lanehttp.Transport{Limiter: lim})}
+//
+// # Metrics
+//
+// Through the OpenTelemetry Prometheus exporter with namespace p, the
+// instruments come out as the series of DESIGN.md:
+//
+//	p_llm_inflight{lane}                       gauge
+//	p_llm_queue_depth{lane,priority}           gauge, all three priorities from lane creation
+//	p_llm_queue_wait_seconds{lane,priority}    histogram, buckets 0.1 0.5 1 5 15 30 60 120 300
+//	p_llm_queue_timeouts_total{lane}           counter
+//	p_llm_limit{lane}, p_llm_reserve{lane}     gauges: the configured limit and reserve in force
+//	p_llm_saturated{lane}                      gauge, 1 when queued > 0 has held for 60 s
+//	p_llm_oldest_wait_seconds{lane}            gauge
+//	p_llm_upstream_requests_total{lane,outcome} counter: ok, client_error, rate_limited,
+//	                                           server_error, transport_error, stall, canceled
+//	p_llm_upstream_retries_total{lane}         counter: SDK retries seen
+//	p_llm_upstream_first_byte_seconds{lane}    histogram
+//
+// Current values (inflight, queue depth, limit, reserve, saturation) are
+// observed from the limiter's snapshot at collection time, never summed
+// from events, so they cannot drift. Counters and histograms are fed by
+// events. A queue-wait sample taken inside a sampled trace carries an
+// exemplar pointing at the call's queue-wait span.
+//
+// # Spans
+//
+// Transport opens one span per model call (kind client, named
+// "chat <model>" once the model is known). The bridge adds two children
+// with the limiter's clock: "llm.queue_wait", from the start of the
+// acquisition to the grant (or the timeout or cancellation), and
+// "llm.upstream", from sending the request to the end of the response. The
+// two never overlap. Attributes follow the OpenTelemetry GenAI and HTTP
+// client conventions (gen_ai.operation.name, gen_ai.request.model,
+// server.address, server.port, http.request.method,
+// http.response.status_code, error.type) plus llmlanes.lane,
+// llmlanes.priority, llmlanes.queue.position and llmlanes.outcome. A queue
+// timeout sets error.type "lane_queue_timeout" and a stall "lane_stall".
+//
+// # Cost
+//
+// With no OpenTelemetry SDK installed (the global no-op providers) the
+// instruments and tracer do nothing; the bridge skips span work for spans
+// that are not recording and caches attribute sets per lane, so an event
+// costs a few map lookups. docs/BENCHMARKS.md has the figures.
+package otelbridge

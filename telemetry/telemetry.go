@@ -1,0 +1,258 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/otelbridge"
+)
+
+// DefaultPrefix is the metric name prefix when Options.Prefix is empty.
+const DefaultPrefix = "llmlanes"
+
+var prefixRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// Options configures New.
+type Options struct {
+	// Prefix starts every lane metric's name: llmlanes (the default) gives
+	// llmlanes_llm_inflight; protoagent gives protoagent_llm_inflight.
+	Prefix string
+	// Thresholds tune classification; the zero value means
+	// DefaultThresholds.
+	Thresholds Thresholds
+	// TracerProvider receives the bridge's spans; nil means the global one.
+	TracerProvider trace.TracerProvider
+	// Registry receives the collectors; nil means a new one, with the Go
+	// and process collectors.
+	Registry *prometheus.Registry
+}
+
+// Telemetry serves a limiter's lanes. Create it with New, pass Observe to
+// limiter.New, then Watch the limiter.
+type Telemetry struct {
+	reg        *prometheus.Registry
+	mp         *sdkmetric.MeterProvider
+	bridge     *otelbridge.Bridge
+	lim        atomic.Pointer[limiter.Limiter]
+	thresholds atomic.Pointer[Thresholds]
+}
+
+// New sets up the registry, the OpenTelemetry meter provider exporting to
+// it, and the bridge.
+func New(o Options) (*Telemetry, error) {
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixRE.MatchString(prefix) {
+		return nil, fmt.Errorf("telemetry: metric prefix %q: want letters, digits and underscores, not starting with a digit", prefix)
+	}
+	th := o.Thresholds
+	if th == (Thresholds{}) {
+		th = DefaultThresholds()
+	}
+	if err := th.Validate(); err != nil {
+		return nil, fmt.Errorf("telemetry: classification thresholds: %w", err)
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithNamespace(prefix),
+		otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	b, err := otelbridge.New(otelbridge.Options{MeterProvider: mp, TracerProvider: o.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	t := &Telemetry{reg: reg, mp: mp, bridge: b}
+	t.thresholds.Store(&th)
+	if err := t.registerState(mp.Meter(otelbridge.ScopeName)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// registerState adds the lane-state gauge: 1 for each lane's current state,
+// 0 for the others.
+func (t *Telemetry) registerState(m metric.Meter) error {
+	g, err := m.Int64ObservableGauge("llm.lane.state", metric.WithUnit(""),
+		metric.WithDescription("Lane classification: 1 for the lane's current state (healthy, local_queue, gateway_degraded), 0 for the others."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, c := range t.Classify() {
+			for _, s := range States() {
+				v := int64(0)
+				if c.State == s {
+					v = 1
+				}
+				o.ObserveInt64(g, v, metric.WithAttributes(laneAttr(c.Lane), stateAttr(s)))
+			}
+		}
+		return nil
+	}, g)
+	return err
+}
+
+// Observe is the limiter.Observer to pass to limiter.New.
+func (t *Telemetry) Observe(ctx context.Context, e limiter.Event) { t.bridge.Observe(ctx, e) }
+
+// Watch makes the routes and gauges report lim.
+func (t *Telemetry) Watch(lim *limiter.Limiter) {
+	t.lim.Store(lim)
+	t.bridge.Watch(lim)
+}
+
+// Bridge returns the OpenTelemetry bridge, for its Transport.
+func (t *Telemetry) Bridge() *otelbridge.Bridge { return t.bridge }
+
+// Registry returns the Prometheus registry, to add collectors to it.
+func (t *Telemetry) Registry() *prometheus.Registry { return t.reg }
+
+// SetThresholds replaces the classification thresholds (hot reload).
+func (t *Telemetry) SetThresholds(th Thresholds) error {
+	if err := th.Validate(); err != nil {
+		return err
+	}
+	t.thresholds.Store(&th)
+	return nil
+}
+
+// Shutdown stops the meter provider.
+func (t *Telemetry) Shutdown(ctx context.Context) error { return t.mp.Shutdown(ctx) }
+
+// Snapshot returns the watched limiter's snapshot (off when none is
+// watched).
+func (t *Telemetry) Snapshot() limiter.Snapshot {
+	if lim := t.lim.Load(); lim != nil {
+		return lim.Snapshot()
+	}
+	return limiter.Snapshot{}
+}
+
+// Classify classifies every lane of the snapshot.
+func (t *Telemetry) Classify() []Classification {
+	th := *t.thresholds.Load()
+	s := t.Snapshot()
+	out := make([]Classification, 0, len(s.Lanes))
+	for _, l := range s.Lanes {
+		out = append(out, Classify(l, th))
+	}
+	return out
+}
+
+// Paths of the routes.
+const (
+	MetricsPath        = "/metrics"
+	SnapshotPath       = "/api/telemetry/llm-lanes"
+	ClassificationPath = "/api/telemetry/llm-lanes/classification"
+	HealthPath         = "/healthz"
+)
+
+// Register adds the routes to mux.
+func (t *Telemetry) Register(mux *http.ServeMux) {
+	mux.Handle(MetricsPath, readOnly(promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})))
+	mux.Handle(SnapshotPath, readOnly(http.HandlerFunc(t.serveSnapshot)))
+	mux.Handle(ClassificationPath, readOnly(http.HandlerFunc(t.serveClassification)))
+	mux.Handle(HealthPath, readOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})))
+}
+
+// Handler returns a mux with the routes.
+func (t *Telemetry) Handler() http.Handler {
+	mux := http.NewServeMux()
+	t.Register(mux)
+	return mux
+}
+
+func (t *Telemetry) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, t.Snapshot())
+}
+
+// ClassificationReport is the classification route's answer for all lanes.
+type ClassificationReport struct {
+	Enabled     bool             `json:"enabled"`
+	GeneratedAt time.Time        `json:"generated_at"`
+	Thresholds  ThresholdsJSON   `json:"thresholds"`
+	Lanes       []Classification `json:"lanes"`
+}
+
+// ThresholdsJSON shows the thresholds in force, in seconds.
+type ThresholdsJSON struct {
+	WaitP90S       float64 `json:"wait_p90_s"`
+	UpstreamErrors int     `json:"upstream_errors"`
+	ErrorRatio     float64 `json:"error_ratio"`
+	Retries        int     `json:"retries"`
+}
+
+func (t *Telemetry) serveClassification(w http.ResponseWriter, r *http.Request) {
+	s := t.Snapshot()
+	if !s.Enabled {
+		writeJSON(w, http.StatusOK, limiter.Snapshot{})
+		return
+	}
+	th := *t.thresholds.Load()
+	if lane := r.URL.Query().Get("lane"); lane != "" {
+		for _, l := range s.Lanes {
+			if l.Lane == lane {
+				writeJSON(w, http.StatusOK, Classify(l, th))
+				return
+			}
+		}
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no lane %q", lane)})
+		return
+	}
+	rep := ClassificationReport{Enabled: true, GeneratedAt: s.GeneratedAt, Lanes: make([]Classification, 0, len(s.Lanes)),
+		Thresholds: ThresholdsJSON{WaitP90S: th.WaitP90.Seconds(), UpstreamErrors: th.UpstreamErrors, ErrorRatio: th.ErrorRatio, Retries: th.Retries}}
+	for _, l := range s.Lanes {
+		rep.Lanes = append(rep.Lanes, Classify(l, th))
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// readOnly answers 405 to anything but GET and HEAD: the telemetry routes
+// change nothing.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "read-only route: use GET", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

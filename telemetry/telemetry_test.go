@@ -1,0 +1,362 @@
+package telemetry_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
+	"github.com/llmlanes/llmlanes/telemetry"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const lane = "https://gw/v1|protolabs/smart"
+
+var t0 = time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC)
+
+// stack is a limiter on a fake clock, watched by a Telemetry.
+type stack struct {
+	t      *testing.T
+	clock  *limitertest.Clock
+	lim    *limiter.Limiter
+	tel    *telemetry.Telemetry
+	queued chan struct{}
+}
+
+func newStack(t *testing.T, cfg limiter.Config, o telemetry.Options) *stack {
+	t.Helper()
+	s := &stack{t: t, clock: limitertest.NewClock(t0), queued: make(chan struct{}, 100)}
+	tel, err := telemetry.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	lim, err := limiter.New(cfg, limiter.WithClock(s.clock), limiter.WithObserver(tel.Observe),
+		limiter.WithObserver(func(_ context.Context, e limiter.Event) {
+			if e.Kind == limiter.Enqueued {
+				s.queued <- struct{}{}
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.Watch(lim)
+	s.lim, s.tel = lim, tel
+	return s
+}
+
+func (s *stack) take(p limiter.Priority) *limiter.Slot {
+	s.t.Helper()
+	slot, err := s.lim.Acquire(limiter.WithPriority(context.Background(), p), lane)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return &slot
+}
+
+// wait starts a call that must queue; its result arrives on the channel.
+func (s *stack) wait(p limiter.Priority) chan result {
+	ch := make(chan result, 1)
+	go func() {
+		slot, err := s.lim.Acquire(limiter.WithPriority(context.Background(), p), lane)
+		ch <- result{&slot, err}
+	}()
+	<-s.queued
+	return ch
+}
+
+type result struct {
+	slot *limiter.Slot
+	err  error
+}
+
+func (s *stack) get(path string, header ...string) (int, string, http.Header) {
+	s.t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	s.tel.Handler().ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String(), rec.Header()
+}
+
+// script drives the lane of DESIGN.md's metrics through a known history:
+// limit 2 with one reserved slot, queue timeout 20 s.
+//
+//	t=0   A (default) and I (interactive) get slots at once: waits 0 and 0
+//	t=0   B and D (bulk) queue: only the reserved slot could be free for them
+//	t=7   A and I release: B gets a slot after 7 s; D still may not take the reserve
+//	t=20  D times out; E (default) queues behind the reserve
+func script(s *stack) (cleanup func()) {
+	a, i := s.take(limiter.Default), s.take(limiter.Interactive)
+	b := s.wait(limiter.Bulk)
+	d := s.wait(limiter.Bulk)
+	s.clock.Advance(7 * time.Second)
+	a.Release()
+	i.Release()
+	rb := <-b
+	s.clock.Advance(13 * time.Second)
+	if r := <-d; r.err == nil {
+		s.t.Fatal("D got a slot")
+	}
+	e := s.wait(limiter.Default)
+	return func() {
+		rb.slot.Release()
+		r := <-e
+		r.slot.Release()
+	}
+}
+
+func d8(prefix string) string {
+	return strings.ReplaceAll(`# HELP P_llm_inflight Model calls holding a lane slot.
+# TYPE P_llm_inflight gauge
+P_llm_inflight{lane="https://gw/v1|protolabs/smart"} 1
+# HELP P_llm_queue_depth Model calls waiting for a lane slot, by class.
+# TYPE P_llm_queue_depth gauge
+P_llm_queue_depth{lane="https://gw/v1|protolabs/smart",priority="bulk"} 0
+P_llm_queue_depth{lane="https://gw/v1|protolabs/smart",priority="default"} 1
+P_llm_queue_depth{lane="https://gw/v1|protolabs/smart",priority="interactive"} 0
+# HELP P_llm_queue_timeouts_total Model calls that gave up waiting for a lane slot after the queue timeout.
+# TYPE P_llm_queue_timeouts_total counter
+P_llm_queue_timeouts_total{lane="https://gw/v1|protolabs/smart"} 1
+# HELP P_llm_queue_wait_seconds Time model calls waited for a lane slot, by lane and class; immediate grants count as 0.
+# TYPE P_llm_queue_wait_seconds histogram
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="0.1"} 0
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="0.5"} 0
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="1"} 0
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="5"} 0
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="15"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="30"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="60"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="120"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="300"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="+Inf"} 1
+P_llm_queue_wait_seconds_sum{lane="https://gw/v1|protolabs/smart",priority="bulk"} 7
+P_llm_queue_wait_seconds_count{lane="https://gw/v1|protolabs/smart",priority="bulk"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="0.1"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="0.5"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="1"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="5"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="15"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="30"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="60"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="120"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="300"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="+Inf"} 1
+P_llm_queue_wait_seconds_sum{lane="https://gw/v1|protolabs/smart",priority="default"} 0
+P_llm_queue_wait_seconds_count{lane="https://gw/v1|protolabs/smart",priority="default"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="0.1"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="0.5"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="1"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="5"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="15"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="30"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="60"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="120"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="300"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="interactive",le="+Inf"} 1
+P_llm_queue_wait_seconds_sum{lane="https://gw/v1|protolabs/smart",priority="interactive"} 0
+P_llm_queue_wait_seconds_count{lane="https://gw/v1|protolabs/smart",priority="interactive"} 1
+`, "P_", prefix+"_")
+}
+
+// 1. The D8 series after a scripted scenario, exactly, for two prefixes.
+func TestD8SeriesExactly(t *testing.T) {
+	for _, prefix := range []string{"", "protoagent"} {
+		want := prefix
+		if want == "" {
+			want = telemetry.DefaultPrefix
+		}
+		t.Run(want, func(t *testing.T) {
+			s := newStack(t, limiter.Config{MaxInflight: 2, QueueTimeout: 20 * time.Second, InteractiveReserve: 1}, telemetry.Options{Prefix: prefix})
+			defer script(s)()
+			names := []string{want + "_llm_inflight", want + "_llm_queue_depth", want + "_llm_queue_wait_seconds", want + "_llm_queue_timeouts_total"}
+			if err := testutil.GatherAndCompare(s.tel.Registry(), strings.NewReader(d8(want)), names...); err != nil {
+				t.Fatal(err)
+			}
+			// And the same through the /metrics route.
+			code, body, _ := s.get("/metrics")
+			if code != 200 || !strings.Contains(body, want+`_llm_queue_timeouts_total{lane="https://gw/v1|protolabs/smart"} 1`) {
+				t.Fatalf("/metrics %d:\n%s", code, body)
+			}
+		})
+	}
+}
+
+// The series beyond D8 that dashboards and alerts use.
+func TestExtraSeries(t *testing.T) {
+	s := newStack(t, limiter.Config{MaxInflight: 2, QueueTimeout: 20 * time.Second, InteractiveReserve: 1}, telemetry.Options{})
+	defer script(s)()
+	ctx := context.Background()
+	s.lim.RecordExchange(ctx, lane, limiter.Exchange{Outcome: limiter.OutcomeOK, Status: 200, FirstByte: 300 * time.Millisecond})
+	s.lim.RecordExchange(ctx, lane, limiter.Exchange{Outcome: limiter.OutcomeServerError, Status: 502, Retry: true})
+	_, body, _ := s.get("/metrics")
+	for _, want := range []string{
+		`llmlanes_llm_limit{lane="https://gw/v1|protolabs/smart"} 2`,
+		`llmlanes_llm_reserve{lane="https://gw/v1|protolabs/smart"} 1`,
+		`llmlanes_llm_saturated{lane="https://gw/v1|protolabs/smart"} 0`,
+		`llmlanes_llm_oldest_wait_seconds{lane="https://gw/v1|protolabs/smart"} 0`,
+		`llmlanes_llm_upstream_requests_total{lane="https://gw/v1|protolabs/smart",outcome="ok"} 1`,
+		`llmlanes_llm_upstream_requests_total{lane="https://gw/v1|protolabs/smart",outcome="server_error"} 1`,
+		`llmlanes_llm_upstream_retries_total{lane="https://gw/v1|protolabs/smart"} 1`,
+		`llmlanes_llm_upstream_first_byte_seconds_bucket{lane="https://gw/v1|protolabs/smart",le="0.5"} 1`,
+		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="healthy"} 0`,
+		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
+		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="gateway_degraded"} 0`,
+		"go_goroutines ", "process_cpu_seconds_total ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// 2. The exposition passes the client_golang linter (promtool's rules).
+func TestExpositionLints(t *testing.T) {
+	s := newStack(t, limiter.Config{MaxInflight: 2, QueueTimeout: 20 * time.Second, InteractiveReserve: 1}, telemetry.Options{Prefix: "protoagent"})
+	defer script(s)()
+	s.lim.RecordExchange(context.Background(), lane, limiter.Exchange{Outcome: limiter.OutcomeOK, Status: 200, FirstByte: time.Second})
+	problems, err := testutil.GatherAndLint(s.tel.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestBadPrefixRefused(t *testing.T) {
+	for _, p := range []string{"9lives", "my-app", "a b"} {
+		if _, err := telemetry.New(telemetry.Options{Prefix: p}); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("prefix %q: err %v", p, err)
+		}
+	}
+}
+
+// noNetwork fails the test if anything is fetched while it is in force.
+type noNetwork struct{ t *testing.T }
+
+func (n noNetwork) RoundTrip(r *http.Request) (*http.Response, error) {
+	n.t.Errorf("network call to %s while serving telemetry", r.URL)
+	return nil, fmt.Errorf("no network")
+}
+
+// 4. The snapshot route is the limiter's snapshot, in DESIGN.md's keys.
+func TestSnapshotRoute(t *testing.T) {
+	old := http.DefaultTransport
+	http.DefaultTransport = noNetwork{t}
+	defer func() { http.DefaultTransport = old }()
+
+	s := newStack(t, limiter.Config{MaxInflight: 2, QueueTimeout: 20 * time.Second, InteractiveReserve: 1}, telemetry.Options{})
+	defer script(s)()
+	code, body, h := s.get("/api/telemetry/llm-lanes")
+	want, _ := json.Marshal(s.lim.Snapshot())
+	if code != 200 || strings.TrimSpace(body) != string(want) || h.Get("Content-Type") != "application/json" {
+		t.Fatalf("route %d %s:\n%s\nwant\n%s", code, h.Get("Content-Type"), body, want)
+	}
+	var got map[string]any
+	_ = json.Unmarshal([]byte(body), &got)
+	l := got["lanes"].([]any)[0].(map[string]any)
+	for _, k := range []string{"lane", "limit", "reserve", "inflight", "queued", "queued_by_priority", "oldest_wait_s",
+		"wait_p50_s_5m", "wait_p90_s_5m", "queue_timeouts_5m", "saturated"} {
+		if _, ok := l[k]; !ok {
+			t.Errorf("key %q missing", k)
+		}
+	}
+	for _, k := range []string{"enabled", "generated_at", "lanes"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("top-level key %q missing", k)
+		}
+	}
+}
+
+func TestRoutesWhenOff(t *testing.T) {
+	s := newStack(t, limiter.DefaultConfig(), telemetry.Options{})
+	for _, path := range []string{"/api/telemetry/llm-lanes", "/api/telemetry/llm-lanes/classification"} {
+		code, body, _ := s.get(path)
+		if code != 200 || strings.TrimSpace(body) != `{"enabled":false}` {
+			t.Fatalf("%s: %d %q", path, code, body)
+		}
+	}
+}
+
+func TestRoutesAreReadOnly(t *testing.T) {
+	s := newStack(t, limiter.DefaultConfig(), telemetry.Options{})
+	for _, path := range []string{"/metrics", "/api/telemetry/llm-lanes", "/api/telemetry/llm-lanes/classification", "/healthz"} {
+		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+			rec := httptest.NewRecorder()
+			s.tel.Handler().ServeHTTP(rec, httptest.NewRequest(m, path, strings.NewReader("{}")))
+			if rec.Code != http.StatusMethodNotAllowed {
+				t.Fatalf("%s %s: %d", m, path, rec.Code)
+			}
+		}
+	}
+	if code, body, _ := s.get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz %d %q", code, body)
+	}
+}
+
+// 6. A saturated lane end to end: limiter, snapshot, classification,
+// metrics.
+func TestSaturatedLaneThroughRoutes(t *testing.T) {
+	s := newStack(t, limiter.Config{MaxInflight: 1}, telemetry.Options{})
+	held := s.take(limiter.Default)
+	var waiting []chan result
+	for range 3 {
+		waiting = append(waiting, s.wait(limiter.Bulk))
+	}
+	s.clock.Advance(90 * time.Second)
+
+	code, body, _ := s.get("/api/telemetry/llm-lanes/classification?lane=" + lane)
+	var c telemetry.Classification
+	if err := json.Unmarshal([]byte(body), &c); code != 200 || err != nil {
+		t.Fatalf("%d %v %s", code, err, body)
+	}
+	if c.State != telemetry.LocalQueue || c.Reasons[0] != telemetry.ReasonSaturated || !c.LaneSaturated || c.LaneQueueDepth != 3 {
+		t.Fatalf("classification %+v", c)
+	}
+	if c.HoldText != "gate queue: 3 calls waiting, p90 wait 0 s" {
+		t.Fatalf("hold text %q", c.HoldText)
+	}
+	_, all, _ := s.get("/api/telemetry/llm-lanes/classification")
+	if !strings.Contains(all, `"state":"local_queue"`) || !strings.Contains(all, `"thresholds":{"wait_p90_s":30`) {
+		t.Fatalf("all lanes: %s", all)
+	}
+	if code, _, _ := s.get("/api/telemetry/llm-lanes/classification?lane=nope"); code != 404 {
+		t.Fatalf("unknown lane: %d", code)
+	}
+	_, snap, _ := s.get("/api/telemetry/llm-lanes")
+	if !strings.Contains(snap, `"saturated":true`) || !strings.Contains(snap, `"oldest_wait_s":90.0`) {
+		t.Fatalf("snapshot %s", snap)
+	}
+	_, metrics, _ := s.get("/metrics")
+	for _, want := range []string{
+		`llmlanes_llm_saturated{lane="` + lane + `"} 1`,
+		`llmlanes_llm_queue_depth{lane="` + lane + `",priority="bulk"} 3`,
+		`llmlanes_llm_lane_state{lane="` + lane + `",state="local_queue"} 1`,
+		`llmlanes_llm_oldest_wait_seconds{lane="` + lane + `"} 90`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	held.Release()
+	for _, w := range waiting {
+		r := <-w
+		r.slot.Release()
+	}
+}
+
+var _ = io.EOF
