@@ -18,5 +18,7 @@ vet:
 	$(GO) vet ./...
 
 ## bench: run the benchmarks and rewrite docs/BENCHMARKS.md with figures and ratios
+## (the raw go test output is kept in docs/bench/raw.txt; re-render it with
+##  go run ./internal/benchreport -in docs/bench/raw.txt)
 bench:
-	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md
+	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md 2> docs/bench/raw.txt

@@ -30,6 +30,13 @@ const intro = `## What is measured
   the cancelable context and the two timers.
 - **lanehttp, RoundTrip**: the same call over loopback HTTP, for scale: the network
   round trip dwarfs the lane, and its run-to-run noise is larger than the lane's cost.
+- **otelbridge, Bridge**: one call's limiter events (acquire, exchange report, release)
+  with no observer, with the bridge on the OpenTelemetry no-op providers (no SDK
+  installed), with the SDK recording metrics, and with the SDK recording metrics and the
+  queue-wait and upstream spans inside a sampled call span (span creation dominates).
+- **telemetry, Routes**: serving the snapshot, the classification, and a ` + "`/metrics`" + ` scrape
+  (OTel exporter, Go and process collectors) with 100 lanes, each with history and a
+  queued call: what polling every second, or a 15 s scrape, costs.
 - Memory of the 5-minute statistics is bounded by construction: at most 31 step
   histograms of 3.4 KB plus their 3.4 KB sum per lane, about 110 KB, whatever the
   grant rate (` + "`TestWindowMemoryBounded`" + ` records 10,000 grants/s for 6 minutes and checks
@@ -71,7 +78,7 @@ func absGoal(text, name string, maxNs, allocs float64) goal {
 		if !ok {
 			return "not run", false
 		}
-		return fmt.Sprintf("%.2f ns, %g allocs", a, al), a <= maxNs && al <= allocs
+		return fmt.Sprintf("%s, %g allocs", dur(a), al), a <= maxNs && al <= allocs
 	}}
 }
 
@@ -103,6 +110,17 @@ func addedGoal(text, name, anchor string, maxNs, maxAllocs float64) goal {
 	}}
 }
 
+// dur formats nanoseconds in the unit that reads best.
+func dur(ns float64) string {
+	switch {
+	case ns >= 1e6:
+		return fmt.Sprintf("%.1f ms", ns/1e6)
+	case ns >= 1e4:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.2f ns", ns)
+}
+
 var goals = []goal{
 	absGoal("limiter off: under 5 ns, 0 allocs", "BenchmarkAcquireRelease/uncontended/llmlanes-off", 5, 0),
 	ratioGoal("limiter uncontended: within 2x of x/sync/semaphore, 0 allocs",
@@ -113,6 +131,15 @@ var goals = []goal{
 		"BenchmarkOverhead/call/lanes", "BenchmarkOverhead/call/bare", 20000, 1e9),
 	addedGoal("transport with the limiter off: adds nothing measurable (under 0.5 µs, 0 allocs)",
 		"BenchmarkOverhead/call/lanes-off", "BenchmarkOverhead/call/bare", 500, 0),
+	addedGoal("OpenTelemetry bridge with no SDK (no-op providers): near nothing per call (under 0.5 µs, 0 allocs)",
+		"BenchmarkBridge/events/otel-noop", "BenchmarkBridge/events/none", 500, 0),
+	addedGoal("OpenTelemetry bridge with the SDK recording metrics: added per call (reported)",
+		"BenchmarkBridge/events/otel-sdk-metrics", "BenchmarkBridge/events/none", 1e9, 1e9),
+	addedGoal("OpenTelemetry bridge with the SDK recording metrics and spans: added per call (reported)",
+		"BenchmarkBridge/events/otel-sdk-metrics-and-spans", "BenchmarkBridge/events/none", 1e9, 1e9),
+	absGoal("snapshot route, 100 lanes: cheap enough to poll every second (under 5 ms)",
+		"BenchmarkRoutes/lanes-100/api/telemetry/llm-lanes", 5e6, 1e9),
+	absGoal("/metrics scrape, 100 lanes: under 100 ms", "BenchmarkRoutes/lanes-100/metrics", 1e8, 1e9),
 	logGoal("grant cost 1,000 → 100,000 waiters: no worse than logarithmic (x2 allowance for cache misses)",
 		"BenchmarkGrant/waiters", 1000, 100000, "", 2),
 }

@@ -34,16 +34,25 @@ func main() {
 	count := flag.Int("count", 3, "runs of each benchmark; the report takes the median")
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime")
 	pkgs := flag.String("pkgs", "./...", "packages to benchmark")
+	in := flag.String("in", "", "render this saved `go test -bench` output instead of running the benchmarks")
 	flag.Parse()
 
 	args := []string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(*count), "-benchtime", *benchtime}
 	args = append(args, strings.Fields(*pkgs)...)
-	cmd := exec.Command("go", args...)
 	var raw bytes.Buffer
-	cmd.Stdout = io.MultiWriter(&raw, os.Stderr)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		log.Fatalf("go %s: %v", strings.Join(args, " "), err)
+	if *in != "" {
+		b, err := os.ReadFile(*in)
+		if err != nil {
+			log.Fatal(err)
+		}
+		raw.Write(b)
+	} else {
+		cmd := exec.Command("go", args...)
+		cmd.Stdout = io.MultiWriter(&raw, os.Stderr)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			log.Fatalf("go %s: %v", strings.Join(args, " "), err)
+		}
 	}
 	res, cpu := parse(&raw)
 	var b bytes.Buffer

@@ -1,0 +1,265 @@
+package exporter
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/telemetry"
+)
+
+// Config is lanes-exporter's configuration file (see lanes.example.yaml).
+type Config struct {
+	Listen         string         `yaml:"listen"`
+	Limiter        LimiterConfig  `yaml:"limiter"`
+	Upstreams      []Upstream     `yaml:"upstreams"`
+	Metrics        MetricsConfig  `yaml:"metrics"`
+	Proxy          ProxyConfig    `yaml:"proxy"`
+	Classification Classification `yaml:"classification"`
+	Targets        []Target       `yaml:"targets"`
+}
+
+// LimiterConfig holds the lane settings (ADR-0115 D2).
+type LimiterConfig struct {
+	MaxInflight        int      `yaml:"max_inflight"`
+	QueueTimeout       Duration `yaml:"queue_timeout"`
+	InteractiveReserve *int     `yaml:"interactive_reserve"`
+}
+
+// Upstream is a gateway the proxy may reach, as /proxy/<name>/...
+type Upstream struct {
+	Name     string `yaml:"name"`
+	BaseURL  string `yaml:"base_url"`
+	Capacity int    `yaml:"capacity"` // the gateway's real parallel capacity, 0 if unknown
+}
+
+// MetricsConfig sets the metric name prefix.
+type MetricsConfig struct {
+	Prefix string `yaml:"prefix"`
+}
+
+// ProxyConfig bounds proxied model calls.
+type ProxyConfig struct {
+	MaxBodyBytes          int64    `yaml:"max_body_bytes"`
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
+	StallTimeout          Duration `yaml:"stall_timeout"`
+}
+
+// Classification holds the classification thresholds.
+type Classification struct {
+	WaitP90        Duration `yaml:"wait_p90"`
+	UpstreamErrors int      `yaml:"upstream_errors"`
+	ErrorRatio     *float64 `yaml:"error_ratio"`
+	Retries        int      `yaml:"retries"`
+}
+
+// Target is another process's D8 snapshot endpoint to re-export.
+type Target struct {
+	Name     string   `yaml:"name"`
+	URL      string   `yaml:"url"`
+	Interval Duration `yaml:"interval"`
+}
+
+// Duration is a Go duration string ("300s", "5m") or a plain number of
+// seconds (300, 0.5).
+type Duration time.Duration
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a duration such as 300s or 5m, or a number of seconds")
+	}
+	if secs, err := strconv.ParseFloat(n.Value, 64); err == nil {
+		*d = Duration(secs * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: want e.g. 300s, 5m or a number of seconds", n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Defaults.
+const (
+	DefaultListen         = "127.0.0.1:9464"
+	DefaultTargetInterval = 10 * time.Second
+)
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
+
+// ConfigError is a configuration file that cannot be used.
+type ConfigError struct {
+	File string
+	Key  string // e.g. limiter.max_inflight, upstreams[1].base_url; "" for a syntax error
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("config %s: %v", e.File, e.Err)
+	}
+	return fmt.Sprintf("config %s: %s: %v", e.File, e.Key, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// LoadConfig reads and checks a configuration file.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Err: err}
+	}
+	return ParseConfig(path, b)
+}
+
+// ParseConfig parses and checks a configuration; file names it in errors.
+func ParseConfig(file string, b []byte) (*Config, error) {
+	c := &Config{}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true) // a misspelt key is an error, not a silent default
+	if err := dec.Decode(c); err != nil && !errors.Is(err, errEmpty(err)) {
+		return nil, &ConfigError{File: file, Err: cleanYAML(err)}
+	}
+	if err := c.check(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.File = file
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// errEmpty lets an empty file through as an empty configuration.
+func errEmpty(err error) error {
+	if err != nil && err.Error() == "EOF" {
+		return err
+	}
+	return errors.New("not empty")
+}
+
+func cleanYAML(err error) error {
+	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+func keyErr(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Err: fmt.Errorf(format, args...)}
+}
+
+// check validates every key and fills in the defaults.
+func (c *Config) check() error {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Limiter.MaxInflight < 0 {
+		return keyErr("limiter.max_inflight", "is %d: want 0 (off) or more", c.Limiter.MaxInflight)
+	}
+	if c.Limiter.QueueTimeout < 0 {
+		return keyErr("limiter.queue_timeout", "is %s: want more than 0", time.Duration(c.Limiter.QueueTimeout))
+	}
+	if r := c.Limiter.InteractiveReserve; r != nil && *r < 0 {
+		return keyErr("limiter.interactive_reserve", "is %d: want 0 or more", *r)
+	}
+	if len(c.Upstreams) == 0 {
+		return keyErr("upstreams", "none configured: the proxy needs at least one {name, base_url}")
+	}
+	seen := map[string]bool{}
+	for i, u := range c.Upstreams {
+		k := fmt.Sprintf("upstreams[%d]", i)
+		if !nameRE.MatchString(u.Name) {
+			return keyErr(k+".name", "%q: want letters, digits, '.', '_' or '-'", u.Name)
+		}
+		if seen[u.Name] {
+			return keyErr(k+".name", "%q is configured twice", u.Name)
+		}
+		seen[u.Name] = true
+		p, err := url.Parse(u.BaseURL)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+			return keyErr(k+".base_url", "%q: want an http or https URL such as https://gw.example/v1", u.BaseURL)
+		}
+		if p.User != nil {
+			return keyErr(k+".base_url", "carries credentials: send them as the clients' Authorization header instead")
+		}
+		c.Upstreams[i].BaseURL = strings.TrimSuffix(p.String(), "/")
+		if u.Capacity < 0 {
+			return keyErr(k+".capacity", "is %d: want 0 (unknown) or more", u.Capacity)
+		}
+	}
+	if c.Metrics.Prefix == "" {
+		c.Metrics.Prefix = telemetry.DefaultPrefix
+	}
+	if !regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`).MatchString(c.Metrics.Prefix) {
+		return keyErr("metrics.prefix", "%q: want letters, digits and underscores, not starting with a digit", c.Metrics.Prefix)
+	}
+	if c.Proxy.MaxBodyBytes < 0 {
+		return keyErr("proxy.max_body_bytes", "is %d: want 0 (the default, 32 MiB) or more", c.Proxy.MaxBodyBytes)
+	}
+	if c.Proxy.ResponseHeaderTimeout < 0 {
+		return keyErr("proxy.response_header_timeout", "is negative")
+	}
+	if c.Proxy.StallTimeout < 0 {
+		return keyErr("proxy.stall_timeout", "is negative")
+	}
+	if err := c.thresholds().Validate(); err != nil {
+		return keyErr("classification", "%v", err)
+	}
+	names := map[string]bool{}
+	for i, t := range c.Targets {
+		k := fmt.Sprintf("targets[%d]", i)
+		if !nameRE.MatchString(t.Name) || names[t.Name] {
+			return keyErr(k+".name", "%q: want a unique name of letters, digits, '.', '_' or '-'", t.Name)
+		}
+		names[t.Name] = true
+		if p, err := url.Parse(t.URL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return keyErr(k+".url", "%q: want the http URL of a D8 snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", t.URL)
+		}
+		if t.Interval < 0 {
+			return keyErr(k+".interval", "is negative")
+		}
+		if t.Interval == 0 {
+			c.Targets[i].Interval = Duration(DefaultTargetInterval)
+		}
+	}
+	return nil
+}
+
+// LimiterConfig returns the limiter settings, defaults applied.
+func (c *Config) limiterConfig() limiter.Config {
+	lc := limiter.DefaultConfig()
+	lc.MaxInflight = c.Limiter.MaxInflight
+	if c.Limiter.QueueTimeout > 0 {
+		lc.QueueTimeout = time.Duration(c.Limiter.QueueTimeout)
+	}
+	if c.Limiter.InteractiveReserve != nil {
+		lc.InteractiveReserve = *c.Limiter.InteractiveReserve
+	}
+	return lc
+}
+
+// thresholds returns the classification thresholds, defaults applied.
+func (c *Config) thresholds() telemetry.Thresholds {
+	th := telemetry.DefaultThresholds()
+	if v := c.Classification.WaitP90; v != 0 {
+		th.WaitP90 = time.Duration(v)
+	}
+	if v := c.Classification.UpstreamErrors; v != 0 {
+		th.UpstreamErrors = v
+	}
+	if v := c.Classification.ErrorRatio; v != nil {
+		th.ErrorRatio = *v
+	}
+	if v := c.Classification.Retries; v != 0 {
+		th.Retries = v
+	}
+	return th
+}

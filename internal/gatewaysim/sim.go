@@ -1,0 +1,280 @@
+// Package gatewaysim is a simulated OpenAI-compatible LLM gateway on
+// loopback, for the lanes-exporter demo, the incident replay and tests.
+//
+// It answers POST .../chat/completions (streamed or not) with generated
+// tokens. Its capacity is shared among the requests in progress like a
+// processor: up to Capacity requests each get a token every TokenTime; past
+// that, every request slows down in proportion (processor sharing), so
+// latency grows with load as a real gateway's does. Faults can be switched
+// on at any time: a share of 429s, of 5xx, of stalls (headers then
+// silence) and of connection resets mid-stream.
+//
+// A client that disconnects is noticed at once when PropagateDisconnect is
+// set; otherwise the gateway goes on generating the abandoned answer to the
+// end, as a gateway that does not propagate disconnects does, and counts
+// that work as wasted.
+package gatewaysim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config sets the gateway's behaviour. It can be changed while it runs with
+// SetConfig.
+type Config struct {
+	// Capacity is how many requests proceed at full speed at once (at least 1).
+	Capacity int `json:"capacity"`
+	// TokenTime is the time per token at full speed.
+	TokenTime time.Duration `json:"token_time"`
+	// Tokens is the length of an answer, in tokens.
+	Tokens int `json:"tokens"`
+	// FirstTokenDelay is added before the first token (prompt processing).
+	FirstTokenDelay time.Duration `json:"first_token_delay"`
+	// Faults, as shares of requests from 0 to 1.
+	RateLimited float64 `json:"rate_limited"`
+	ServerError float64 `json:"server_error"`
+	Stall       float64 `json:"stall"`
+	Reset       float64 `json:"reset"`
+	// PropagateDisconnect makes an abandoned request stop at once; without
+	// it the gateway finishes the work and counts it as wasted.
+	PropagateDisconnect bool `json:"propagate_disconnect"`
+	// Seed makes the fault draws repeatable (0: random).
+	Seed uint64 `json:"seed"`
+}
+
+// DefaultConfig is a gateway of capacity 8 answering 20 tokens of 20 ms.
+func DefaultConfig() Config {
+	return Config{Capacity: 8, TokenTime: 20 * time.Millisecond, Tokens: 20, FirstTokenDelay: 50 * time.Millisecond}
+}
+
+// Stats are the gateway's counters since it started.
+type Stats struct {
+	Active          int   `json:"active"`            // requests in progress
+	Peak            int   `json:"peak"`              // most requests in progress at once
+	Received        int64 `json:"received"`          // requests received
+	Completed       int64 `json:"completed"`         // answers delivered to the end
+	Abandoned       int64 `json:"abandoned"`         // clients gone before the end
+	RateLimited     int64 `json:"rate_limited"`      // 429s sent
+	ServerErrors    int64 `json:"server_errors"`     // 5xx sent
+	Stalls          int64 `json:"stalls"`            // stalls started
+	Resets          int64 `json:"resets"`            // connections reset
+	TokensGenerated int64 `json:"tokens_generated"`  // all work done
+	TokensWasted    int64 `json:"tokens_wasted"`     // work done for clients already gone
+	RetriesSeen     int64 `json:"retries_seen"`      // requests with X-Stainless-Retry-Count above 0
+}
+
+// Gateway is the simulated gateway; it is an http.Handler.
+type Gateway struct {
+	cfg  atomic.Pointer[Config]
+	mu   sync.Mutex
+	rng  *rand.Rand
+	st   Stats
+	stop chan struct{}
+	once sync.Once
+}
+
+// New returns a gateway with configuration c.
+func New(c Config) *Gateway {
+	g := &Gateway{stop: make(chan struct{})}
+	g.SetConfig(c)
+	return g
+}
+
+// SetConfig changes the gateway's behaviour for requests from now on.
+func (g *Gateway) SetConfig(c Config) {
+	c.Capacity = max(1, c.Capacity)
+	c.Tokens = max(1, c.Tokens)
+	g.mu.Lock()
+	seed := c.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	g.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	g.mu.Unlock()
+	g.cfg.Store(&c)
+}
+
+// Config returns the configuration in force.
+func (g *Gateway) Config() Config { return *g.cfg.Load() }
+
+// Stats returns the counters.
+func (g *Gateway) Stats() Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.st
+}
+
+// Close makes every request in progress end at once (for shutdown).
+func (g *Gateway) Close() { g.once.Do(func() { close(g.stop) }) }
+
+func (g *Gateway) count(f func(*Stats)) {
+	g.mu.Lock()
+	f(&g.st)
+	g.mu.Unlock()
+}
+
+// draw picks a fault for a request, or "" for none.
+func (g *Gateway) draw(c *Config) string {
+	g.mu.Lock()
+	x := g.rng.Float64()
+	g.mu.Unlock()
+	for _, f := range []struct {
+		p    float64
+		name string
+	}{{c.RateLimited, "429"}, {c.ServerError, "5xx"}, {c.Stall, "stall"}, {c.Reset, "reset"}} {
+		if x < f.p {
+			return f.name
+		}
+		x -= f.p
+	}
+	return ""
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error","code":"not_found"}}`, http.StatusNotFound)
+		return
+	}
+	var req struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	if json.Unmarshal(body, &req) != nil || req.Model == "" {
+		http.Error(w, `{"error":{"message":"bad request","type":"invalid_request_error","code":"invalid_json"}}`, http.StatusBadRequest)
+		return
+	}
+	c := g.cfg.Load()
+	g.count(func(s *Stats) {
+		s.Received++
+		if v := r.Header.Get("X-Stainless-Retry-Count"); v != "" && v != "0" {
+			s.RetriesSeen++
+		}
+	})
+	switch g.draw(c) {
+	case "429":
+		g.count(func(s *Stats) { s.RateLimited++ })
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "simulated rate limit")
+		return
+	case "5xx":
+		g.count(func(s *Stats) { s.ServerErrors++ })
+		writeError(w, http.StatusBadGateway, "upstream_error", "simulated upstream failure")
+		return
+	case "stall":
+		g.count(func(s *Stats) { s.Stalls++ })
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-g.stop:
+		}
+		return
+	case "reset":
+		g.count(func(s *Stats) { s.Resets++ })
+		g.generate(w, r, req.Model, req.Stream, c, true)
+		return
+	}
+	g.generate(w, r, req.Model, req.Stream, c, false)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"error":{"message":%q,"type":"server_error","code":%q,"param":null}}`, msg, code)
+}
+
+// generate produces an answer token by token, sharing the capacity with the
+// other requests in progress. With reset it breaks the connection halfway.
+func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string, stream bool, c *Config, reset bool) {
+	g.count(func(s *Stats) {
+		s.Active++
+		s.Peak = max(s.Peak, s.Active)
+	})
+	defer g.count(func(s *Stats) { s.Active-- })
+	gone := false
+	wait := func(d time.Duration) bool { // false when the gateway stops, or the client left and that propagates
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-g.stop:
+			return false
+		case <-r.Context().Done():
+			if !gone {
+				gone = true
+				g.count(func(s *Stats) { s.Abandoned++ })
+			}
+			if c.PropagateDisconnect {
+				return false
+			}
+			select { // keep working for nobody
+			case <-t.C:
+				return true
+			case <-g.stop:
+				return false
+			}
+		}
+	}
+	slow := func() time.Duration {
+		g.mu.Lock()
+		active := g.st.Active
+		g.mu.Unlock()
+		return time.Duration(float64(c.TokenTime) * max(1, float64(active)/float64(c.Capacity)))
+	}
+	if stream {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	if !wait(c.FirstTokenDelay + slow()) {
+		return
+	}
+	var text strings.Builder
+	for i := 0; i < c.Tokens; i++ {
+		if i > 0 && !wait(slow()) {
+			return
+		}
+		tok := fmt.Sprintf("tok%d ", i)
+		text.WriteString(tok)
+		g.count(func(s *Stats) {
+			s.TokensGenerated++
+			if gone {
+				s.TokensWasted++
+			}
+		})
+		if reset && i == c.Tokens/2 {
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					conn.Close()
+				}
+			}
+			return
+		}
+		if stream && !gone {
+			fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", model, tok)
+			w.(http.Flusher).Flush()
+		}
+	}
+	if gone {
+		return
+	}
+	if stream {
+		fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", model)
+		w.(http.Flusher).Flush()
+	} else {
+		fmt.Fprintf(w, `{"id":"sim","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":%q}}],"usage":{"prompt_tokens":10,"completion_tokens":%d,"total_tokens":%d}}`,
+			model, strings.TrimSpace(text.String()), c.Tokens, c.Tokens+10)
+	}
+	g.count(func(s *Stats) { s.Completed++ })
+}
