@@ -3,9 +3,9 @@ GO ?= go
 
 .PHONY: demo test fmt-check vet bench
 
-## demo: show a lane queueing by priority and print its snapshot
+## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
-	$(GO) run ./examples/priority-demo
+	$(GO) run ./cmd/lanes-exporter --demo
 
 ## test: every test: gofmt check, go vet, go test -race
 test: fmt-check vet

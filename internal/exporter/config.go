@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -126,8 +127,8 @@ func LoadConfig(path string) (*Config, error) {
 func ParseConfig(file string, b []byte) (*Config, error) {
 	c := &Config{}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true) // a misspelt key is an error, not a silent default
-	if err := dec.Decode(c); err != nil && !errors.Is(err, errEmpty(err)) {
+	dec.KnownFields(true)                                  // a misspelt key is an error, not a silent default
+	if err := dec.Decode(c); err != nil && err != io.EOF { // io.EOF: an empty file
 		return nil, &ConfigError{File: file, Err: cleanYAML(err)}
 	}
 	if err := c.check(); err != nil {
@@ -138,14 +139,6 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// errEmpty lets an empty file through as an empty configuration.
-func errEmpty(err error) error {
-	if err != nil && err.Error() == "EOF" {
-		return err
-	}
-	return errors.New("not empty")
 }
 
 func cleanYAML(err error) error {
@@ -190,6 +183,7 @@ func (c *Config) check() error {
 		if p.User != nil {
 			return keyErr(k+".base_url", "carries credentials: send them as the clients' Authorization header instead")
 		}
+		p.Host = strings.ToLower(p.Host) // as lanehttp writes lane keys
 		c.Upstreams[i].BaseURL = strings.TrimSuffix(p.String(), "/")
 		if u.Capacity < 0 {
 			return keyErr(k+".capacity", "is %d: want 0 (unknown) or more", u.Capacity)

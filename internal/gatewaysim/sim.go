@@ -57,18 +57,18 @@ func DefaultConfig() Config {
 
 // Stats are the gateway's counters since it started.
 type Stats struct {
-	Active          int   `json:"active"`            // requests in progress
-	Peak            int   `json:"peak"`              // most requests in progress at once
-	Received        int64 `json:"received"`          // requests received
-	Completed       int64 `json:"completed"`         // answers delivered to the end
-	Abandoned       int64 `json:"abandoned"`         // clients gone before the end
-	RateLimited     int64 `json:"rate_limited"`      // 429s sent
-	ServerErrors    int64 `json:"server_errors"`     // 5xx sent
-	Stalls          int64 `json:"stalls"`            // stalls started
-	Resets          int64 `json:"resets"`            // connections reset
-	TokensGenerated int64 `json:"tokens_generated"`  // all work done
-	TokensWasted    int64 `json:"tokens_wasted"`     // work done for clients already gone
-	RetriesSeen     int64 `json:"retries_seen"`      // requests with X-Stainless-Retry-Count above 0
+	Active          int   `json:"active"`           // requests in progress
+	Peak            int   `json:"peak"`             // most requests in progress at once
+	Received        int64 `json:"received"`         // requests received
+	Completed       int64 `json:"completed"`        // answers delivered to the end
+	Abandoned       int64 `json:"abandoned"`        // clients gone before the end
+	RateLimited     int64 `json:"rate_limited"`     // 429s sent
+	ServerErrors    int64 `json:"server_errors"`    // 5xx sent
+	Stalls          int64 `json:"stalls"`           // stalls started
+	Resets          int64 `json:"resets"`           // connections reset
+	TokensGenerated int64 `json:"tokens_generated"` // all work done
+	TokensWasted    int64 `json:"tokens_wasted"`    // work done for clients already gone
+	RetriesSeen     int64 `json:"retries_seen"`     // requests with X-Stainless-Retry-Count above 0
 }
 
 // Gateway is the simulated gateway; it is an http.Handler.

@@ -1,0 +1,95 @@
+package exporter
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigDefaultsAndDurations(t *testing.T) {
+	c, err := ParseConfig("lanes.yaml", []byte(`
+limiter: {max_inflight: 6, queue_timeout: 5m}
+upstreams:
+  - {name: gw, base_url: "https://GW.example/v1/", capacity: 8}
+proxy: {stall_timeout: 90}
+classification: {wait_p90: 45s}
+targets: [{name: vera, url: "http://127.0.0.1:8080/api/telemetry/llm-lanes"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := c.limiterConfig()
+	if lc.MaxInflight != 6 || lc.QueueTimeout != 5*time.Minute || lc.InteractiveReserve != 1 {
+		t.Fatalf("limiter %+v", lc)
+	}
+	if c.Listen != DefaultListen || c.Metrics.Prefix != "llmlanes" || c.Upstreams[0].BaseURL != "https://gw.example/v1" {
+		t.Fatalf("defaults %+v", c)
+	}
+	if time.Duration(c.Proxy.StallTimeout) != 90*time.Second || c.thresholds().WaitP90 != 45*time.Second || c.thresholds().Retries != 3 {
+		t.Fatalf("durations %+v %+v", c.Proxy, c.thresholds())
+	}
+	if time.Duration(c.Targets[0].Interval) != DefaultTargetInterval {
+		t.Fatalf("target interval %v", c.Targets[0].Interval)
+	}
+}
+
+// A config error names the file, the key and what is wrong.
+func TestConfigErrors(t *testing.T) {
+	up := "upstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n"
+	for _, tc := range []struct{ yaml, key, what string }{
+		{"limiter: {max_inflight: -1}\n" + up, "limiter.max_inflight", "want 0 (off) or more"},
+		{"limiter: {queue_timeout: soon}\n" + up, "", `"soon" is not a duration`},
+		{"limiter: {interactive_reserve: -1}\n" + up, "limiter.interactive_reserve", "want 0 or more"},
+		{"limiter: {max_infligt: 3}\n" + up, "", "field max_infligt not found"},
+		{"", "upstreams", "none configured"},
+		{"upstreams: [{name: gw, base_url: \"ftp://gw\"}]", "upstreams[0].base_url", "want an http or https URL"},
+		{"upstreams: [{name: gw, base_url: \"https://user:pw@gw/v1\"}]", "upstreams[0].base_url", "carries credentials"},
+		{"upstreams: [{name: gw, base_url: \"https://a\"}, {name: gw, base_url: \"https://b\"}]", "upstreams[1].name", "configured twice"},
+		{"upstreams: [{name: \"a/b\", base_url: \"https://a\"}]", "upstreams[0].name", "want letters"},
+		{"upstreams: [{name: gw, base_url: \"https://a\", capacity: -1}]", "upstreams[0].capacity", "want 0"},
+		{"metrics: {prefix: 9x}\n" + up, "metrics.prefix", "not starting with a digit"},
+		{"classification: {error_ratio: 2}\n" + up, "classification", "error_ratio is 2"},
+		{"targets: [{name: a, url: \"not a url\"}]\n" + up, "targets[0].url", "want the http URL"},
+		{"limiter: [1, 2]\n" + up, "", "cannot unmarshal"},
+	} {
+		_, err := ParseConfig("conf/lanes.yaml", []byte(tc.yaml))
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.File != "conf/lanes.yaml" || ce.Key != tc.key || !strings.Contains(err.Error(), tc.what) ||
+			!strings.HasPrefix(err.Error(), "config conf/lanes.yaml: ") {
+			t.Errorf("%q: err %v, want key %q and %q", tc.yaml, err, tc.key, tc.what)
+		}
+	}
+}
+
+// The example configuration in the repository is valid.
+func TestExampleConfig(t *testing.T) {
+	c, err := LoadConfig("../../lanes.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Upstreams) == 0 || c.Limiter.MaxInflight == 0 {
+		t.Fatalf("example: %+v", c)
+	}
+}
+
+// Parsing never panics, and every refusal is a *ConfigError naming the file.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{
+		"limiter: {max_inflight: 6}\nupstreams: [{name: gw, base_url: \"https://gw/v1\", capacity: 8}]\n",
+		"listen: 127.0.0.1:0\nupstreams:\n  - name: a\n    base_url: http://x\ntargets: [{name: t, url: http://y, interval: 5}]\n",
+		"limiter: {queue_timeout: 1.5}\n", "{", "- 1", "upstreams: [{name: [], base_url: {}}]", "classification: {wait_p90: -3s}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig("f.yaml", b)
+		var ce *ConfigError
+		if err != nil && (!errors.As(err, &ce) || ce.File != "f.yaml") {
+			t.Fatalf("error %T %v is not a *ConfigError naming the file", err, err)
+		}
+		if err == nil && (len(c.Upstreams) == 0 || c.limiterConfig().Validate() != nil || c.thresholds().Validate() != nil) {
+			t.Fatalf("accepted an unusable config: %+v", c)
+		}
+	})
+}

@@ -1,0 +1,160 @@
+package exporter
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+)
+
+// Demo is lanes-exporter --demo: a simulated gateway on loopback, the
+// exporter in front of it, and a load of interactive chats, default turns
+// and bulk review-panel bursts through the proxy. Its faults come and go in
+// a cycle so that every state shows up within a minute:
+//
+//	0-40 s    normal gateway; panel bursts queue up in the busy lane:
+//	          local_queue once its p90 wait passes 10 s (the demo's threshold);
+//	          the lightly used lane stays healthy
+//	40-65 s   429s and 5xx from the gateway: gateway_degraded
+//	65-80 s   stalls and resets: gateway_degraded
+//	80-100 s  normal again
+type Demo struct {
+	Listener *Listener
+	Sim      *gatewaysim.Gateway
+	simSrv   *http.Server
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	client   *http.Client
+}
+
+// DemoConfig is the configuration the demo runs with, given the
+// simulator's base URL.
+func DemoConfig(simBase, listen string) *Config {
+	reserve := 1
+	return &Config{
+		Listen:    listen,
+		Limiter:   LimiterConfig{MaxInflight: 4, QueueTimeout: Duration(40 * time.Second), InteractiveReserve: &reserve},
+		Upstreams: []Upstream{{Name: "sim", BaseURL: simBase, Capacity: 8}},
+		Metrics:   MetricsConfig{Prefix: "llmlanes"},
+		Proxy:     ProxyConfig{ResponseHeaderTimeout: Duration(20 * time.Second), StallTimeout: Duration(5 * time.Second)},
+		// A low p90 threshold, so that the queue shows as local_queue early.
+		Classification: Classification{WaitP90: Duration(10 * time.Second)},
+	}
+}
+
+// StartDemo starts the simulator, the exporter on listen, and the load.
+func StartDemo(listen string, log *slog.Logger) (*Demo, error) {
+	sim := gatewaysim.New(gatewaysim.Config{Capacity: 8, TokenTime: 50 * time.Millisecond, Tokens: 40,
+		FirstTokenDelay: 200 * time.Millisecond, PropagateDisconnect: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	d := &Demo{Sim: sim, simSrv: &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}}
+	go d.simSrv.Serve(ln)
+	cfg := DemoConfig("http://"+ln.Addr().String()+"/v1", listen)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	srv, err := New(cfg, Options{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	l, err := Start(srv, cfg.Listen)
+	if err != nil {
+		d.simSrv.Close()
+		return nil, err
+	}
+	d.Listener = l
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stop = cancel
+	d.load(ctx, "http://"+l.Addr+"/proxy/sim/chat/completions")
+	return d, nil
+}
+
+// Stop ends the load, the exporter and the simulator.
+func (d *Demo) Stop(ctx context.Context) error {
+	d.stop()
+	d.Sim.Close()
+	d.wg.Wait()
+	d.client.CloseIdleConnections()
+	err := d.Listener.Shutdown(ctx)
+	d.simSrv.Close()
+	return err
+}
+
+func (d *Demo) every(ctx context.Context, period time.Duration, f func(i int)) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			f(i)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// load drives the proxy the way the ADR's incident did, on a small scale.
+func (d *Demo) load(ctx context.Context, url string) {
+	d.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	client := d.client
+	call := func(priority, model string) {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			body := fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":"review this diff"}]}`, model)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer sk-demo")
+			req.Header.Set(PriorityHeader, priority)
+			res, err := client.Do(req)
+			if err != nil {
+				return
+			}
+			defer res.Body.Close()
+			sc := bufio.NewScanner(res.Body)
+			for sc.Scan() {
+			}
+			io.Copy(io.Discard, res.Body)
+		}()
+	}
+	start := time.Now()
+	d.every(ctx, time.Second, func(int) { // the fault cycle
+		base := d.Sim.Config()
+		base.RateLimited, base.ServerError, base.Stall, base.Reset = 0, 0, 0, 0
+		switch t := time.Since(start) % (100 * time.Second); {
+		case t >= 40*time.Second && t < 65*time.Second:
+			base.RateLimited, base.ServerError = 0.2, 0.15
+		case t >= 65*time.Second && t < 80*time.Second:
+			base.Stall, base.Reset = 0.1, 0.1
+		}
+		d.Sim.SetConfig(base)
+	})
+	d.every(ctx, 3*time.Second, func(int) { call("interactive", "protolabs/smart") })     // an operator's chat
+	d.every(ctx, 1500*time.Millisecond, func(int) { call("default", "protolabs/smart") }) // coders
+	d.every(ctx, 20*time.Second, func(int) {                                              // three review panels of five finders
+		for range 15 {
+			call("bulk", "protolabs/smart")
+		}
+	})
+	d.every(ctx, 4*time.Second, func(i int) { // a second model, lightly used
+		if rand.IntN(2) == 0 {
+			call("default", "protolabs/fast")
+		}
+	})
+}

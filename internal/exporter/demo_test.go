@@ -1,0 +1,42 @@
+package exporter
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The demo starts, drives calls through the proxy to the simulator, serves
+// every route, and stops cleanly.
+func TestDemo(t *testing.T) {
+	d, err := StartDemo("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + d.Listener.Addr
+	// The first chat and coder calls go out at once; wait until one is done.
+	for deadline := time.Now().Add(20 * time.Second); d.Sim.Stats().Completed == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no demo call completed")
+		}
+	}
+	for path, want := range map[string]string{
+		"/":                        "llmlanes: lanes",
+		"/api/telemetry/llm-lanes": `"lane":"http://127.0.0.1:`,
+		"/api/telemetry/llm-lanes/classification": `"hold_text":`,
+		"/metrics": `llmlanes_llm_upstream_requests_total{lane="http://127.0.0.1:`,
+		"/healthz": "ok",
+	} {
+		if code, body := get(t, base+path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("%s: %d, lacks %q", path, code, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
