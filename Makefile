@@ -7,9 +7,11 @@ GO ?= go
 demo:
 	$(GO) run ./cmd/lanes-exporter --demo
 
-## test: every test: gofmt check, go vet, go test -race
+## test: every test: gofmt check, go vet, go test -race, short fuzz runs
 test: fmt-check vet
 	$(GO) test -race -count=1 ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime 10s ./limiter/lanehttp
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 10s ./internal/exporter
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

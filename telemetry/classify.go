@@ -68,6 +68,7 @@ const (
 // holds.
 type Classification struct {
 	Lane           string           `json:"lane"`
+	Target         string           `json:"target,omitempty"` // the lanes-exporter target it came from; "" for this process
 	State          State            `json:"state"`
 	Reasons        []string         `json:"reasons"`
 	LaneQueueDepth int              `json:"lane_queue_depth"`

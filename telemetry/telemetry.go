@@ -49,6 +49,27 @@ type Telemetry struct {
 	bridge     *otelbridge.Bridge
 	lim        atomic.Pointer[limiter.Limiter]
 	thresholds atomic.Pointer[Thresholds]
+	sources    atomic.Pointer[func() []Source]
+}
+
+// Source is another process's snapshot (a lanes-exporter target), to be
+// classified beside this process's lanes.
+type Source struct {
+	Name     string           // the target's name
+	Up       bool             // the last poll succeeded
+	Error    string           // why the last poll failed
+	Snapshot limiter.Snapshot // the last good snapshot
+}
+
+// SetSources makes classification also cover the lanes of the snapshots f
+// returns (each classified lane names its target).
+func (t *Telemetry) SetSources(f func() []Source) { t.sources.Store(&f) }
+
+func (t *Telemetry) sourceList() []Source {
+	if f := t.sources.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
 }
 
 // New sets up the registry, the OpenTelemetry meter provider exporting to
@@ -101,6 +122,9 @@ func (t *Telemetry) registerState(m metric.Meter) error {
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, c := range t.Classify() {
+			if c.Target != "" {
+				continue // targets' states are exported with their other series
+			}
 			for _, s := range States() {
 				v := int64(0)
 				if c.State == s {
@@ -150,13 +174,21 @@ func (t *Telemetry) Snapshot() limiter.Snapshot {
 	return limiter.Snapshot{}
 }
 
-// Classify classifies every lane of the snapshot.
+// Classify classifies every lane of the snapshot, then every lane of the
+// sources' last snapshots.
 func (t *Telemetry) Classify() []Classification {
 	th := *t.thresholds.Load()
 	s := t.Snapshot()
 	out := make([]Classification, 0, len(s.Lanes))
 	for _, l := range s.Lanes {
 		out = append(out, Classify(l, th))
+	}
+	for _, src := range t.sourceList() {
+		for _, l := range src.Snapshot.Lanes {
+			c := Classify(l, th)
+			c.Target = src.Name
+			out = append(out, c)
+		}
 	}
 	return out
 }
@@ -191,12 +223,21 @@ func (t *Telemetry) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, t.Snapshot())
 }
 
-// ClassificationReport is the classification route's answer for all lanes.
+// ClassificationReport is the classification route's answer for all lanes:
+// this process's, then its targets' (marked with "target").
 type ClassificationReport struct {
 	Enabled     bool             `json:"enabled"`
 	GeneratedAt time.Time        `json:"generated_at"`
 	Thresholds  ThresholdsJSON   `json:"thresholds"`
 	Lanes       []Classification `json:"lanes"`
+	Targets     []TargetStatus   `json:"targets,omitempty"`
+}
+
+// TargetStatus reports a source's last poll.
+type TargetStatus struct {
+	Name  string `json:"name"`
+	Up    bool   `json:"up"`
+	Error string `json:"error,omitempty"`
 }
 
 // ThresholdsJSON shows the thresholds in force, in seconds.
@@ -209,25 +250,31 @@ type ThresholdsJSON struct {
 
 func (t *Telemetry) serveClassification(w http.ResponseWriter, r *http.Request) {
 	s := t.Snapshot()
-	if !s.Enabled {
+	srcs := t.sourceList()
+	if !s.Enabled && len(srcs) == 0 {
 		writeJSON(w, http.StatusOK, limiter.Snapshot{})
 		return
 	}
 	th := *t.thresholds.Load()
+	all := t.Classify()
 	if lane := r.URL.Query().Get("lane"); lane != "" {
-		for _, l := range s.Lanes {
-			if l.Lane == lane {
-				writeJSON(w, http.StatusOK, Classify(l, th))
+		target := r.URL.Query().Get("target")
+		for _, c := range all {
+			if c.Lane == lane && c.Target == target {
+				writeJSON(w, http.StatusOK, c)
 				return
 			}
 		}
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no lane %q", lane)})
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no lane %q (target %q)", lane, target)})
 		return
 	}
-	rep := ClassificationReport{Enabled: true, GeneratedAt: s.GeneratedAt, Lanes: make([]Classification, 0, len(s.Lanes)),
+	rep := ClassificationReport{Enabled: s.Enabled, GeneratedAt: s.GeneratedAt, Lanes: all,
 		Thresholds: ThresholdsJSON{WaitP90S: th.WaitP90.Seconds(), UpstreamErrors: th.UpstreamErrors, ErrorRatio: th.ErrorRatio, Retries: th.Retries}}
-	for _, l := range s.Lanes {
-		rep.Lanes = append(rep.Lanes, Classify(l, th))
+	if rep.GeneratedAt.IsZero() {
+		rep.GeneratedAt = time.Now().UTC().Truncate(time.Second)
+	}
+	for _, src := range srcs {
+		rep.Targets = append(rep.Targets, TargetStatus{Name: src.Name, Up: src.Up, Error: src.Error})
 	}
 	writeJSON(w, http.StatusOK, rep)
 }

@@ -42,7 +42,10 @@ type Server struct {
 
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
+	polls      atomic.Pointer[pollers]
 }
+
+func (s *Server) targets() *pollers { return s.polls.Load() }
 
 type upstream struct {
 	cfg   Upstream
@@ -90,7 +93,8 @@ func New(cfg *Config, o Options) (*Server, error) {
 		Help: "1 if the last configuration reload succeeded (or none was tried), 0 if it was refused."})
 	s.reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "_config_last_reload_success_timestamp_seconds",
 		Help: "When the configuration was last loaded successfully, in Unix seconds."})
-	tel.Registry().MustRegister(s.reloadOK, s.reloadTime)
+	tel.Registry().MustRegister(s.reloadOK, s.reloadTime, newTargetCollector(s, p))
+	tel.SetSources(func() []telemetry.Source { return s.targets().sources() })
 	s.reloadOK.Set(1)
 	s.reloadTime.SetToCurrentTime()
 	s.apply(cfg)
@@ -98,6 +102,7 @@ func New(cfg *Config, o Options) (*Server, error) {
 	tel.Register(s.mux)
 	s.mux.HandleFunc("/proxy/{upstream}/{rest...}", s.serveProxy)
 	s.mux.HandleFunc("POST /-/reload", s.serveReload)
+	s.mux.HandleFunc("GET /api/telemetry/llm-lanes/budget", s.serveBudget)
 	s.mux.HandleFunc("GET /{$}", s.serveStatus)
 	return s, nil
 }
@@ -125,6 +130,9 @@ func (s *Server) apply(cfg *Config) {
 	}
 	s.ups.Store(&ups)
 	s.cfg.Store(cfg)
+	if old := s.polls.Swap(s.startTargets(cfg.Targets)); old != nil {
+		old.stop()
+	}
 }
 
 func (s *Server) newUpstream(u Upstream, pc ProxyConfig) *upstream {
@@ -258,8 +266,12 @@ func (s *Server) serveReload(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, `{"status":"reloaded"}`)
 }
 
-// Shutdown stops the telemetry and closes idle upstream connections.
+// Shutdown stops the target pollers and the telemetry, and closes idle
+// upstream connections.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if p := s.polls.Swap(nil); p != nil {
+		p.stop()
+	}
 	if c, ok := s.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}

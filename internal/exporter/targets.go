@@ -1,0 +1,266 @@
+package exporter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/telemetry"
+)
+
+// A target is another process's D8 snapshot endpoint (a Python agent's
+// /api/telemetry/llm-lanes, say). The exporter polls it, re-exports its
+// lanes as metrics labelled by target, classifies them, and adds their
+// limits to the per-lane budget it shows beside the upstream's capacity.
+// A target that is down is reported (target_up 0, and its error), never
+// fatal; its last good snapshot is kept out of the figures while it is down.
+type target struct {
+	cfg Target
+	mu  sync.Mutex
+	src telemetry.Source
+}
+
+// pollers runs one goroutine per target until stopped.
+type pollers struct {
+	list   []*target
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (s *Server) startTargets(cfg []Target) *pollers {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pollers{cancel: cancel}
+	client := &http.Client{Transport: s.base}
+	for _, c := range cfg {
+		t := &target{cfg: c, src: telemetry.Source{Name: c.Name, Error: "not polled yet"}}
+		p.list = append(p.list, t)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			every := time.Duration(c.Interval)
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				t.poll(ctx, client, every)
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	return p
+}
+
+func (p *pollers) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// maxSnapshotBytes bounds a target's answer.
+const maxSnapshotBytes = 8 << 20
+
+func (t *target) poll(ctx context.Context, client *http.Client, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	snap, err := fetchSnapshot(ctx, client, t.cfg.URL)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		if ctx.Err() != nil && errorsIsShutdown(ctx) {
+			return
+		}
+		t.src.Up, t.src.Error = false, err.Error()
+		return
+	}
+	t.src = telemetry.Source{Name: t.cfg.Name, Up: true, Snapshot: snap}
+}
+
+func errorsIsShutdown(ctx context.Context) bool { return context.Cause(ctx) == context.Canceled }
+
+func fetchSnapshot(ctx context.Context, client *http.Client, url string) (limiter.Snapshot, error) {
+	var snap limiter.Snapshot
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return snap, err
+	}
+	req.Header.Set("Accept", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		return snap, fmt.Errorf("fetch: %w", unwrapURL(err))
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return snap, fmt.Errorf("fetch: status %s", res.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, maxSnapshotBytes)).Decode(&snap); err != nil {
+		return snap, fmt.Errorf("not a D8 snapshot: %w", err)
+	}
+	return snap, nil
+}
+
+func unwrapURL(err error) error {
+	type wrapped interface{ Unwrap() error }
+	if w, ok := err.(wrapped); ok && strings.HasPrefix(err.Error(), "Get ") {
+		return w.Unwrap()
+	}
+	return err
+}
+
+// sources returns the targets' state for classification: only targets
+// that are up contribute lanes.
+func (p *pollers) sources() []telemetry.Source {
+	out := make([]telemetry.Source, 0, len(p.list))
+	for _, t := range p.list {
+		t.mu.Lock()
+		src := t.src
+		t.mu.Unlock()
+		if !src.Up {
+			src.Snapshot = limiter.Snapshot{}
+		}
+		out = append(out, src)
+	}
+	return out
+}
+
+// Budget is one lane's share-out across processes: the limits of this
+// exporter and of every target that has the lane, beside the configured
+// capacity of the upstream the lane calls.
+type Budget struct {
+	Lane          string         `json:"lane"`
+	Upstream      string         `json:"upstream,omitempty"`
+	Capacity      int            `json:"capacity"` // 0: not configured
+	Limits        map[string]int `json:"limits"`   // process ("self" or a target's name) → limit
+	Total         int            `json:"total"`
+	Overcommitted bool           `json:"overcommitted"` // total above a configured capacity
+}
+
+// budgets computes every lane's budget.
+func (s *Server) budgets() []Budget {
+	cfg := s.cfg.Load()
+	by := map[string]*Budget{}
+	add := func(lane, who string, limit int) {
+		b := by[lane]
+		if b == nil {
+			b = &Budget{Lane: lane, Limits: map[string]int{}}
+			base, _, _ := strings.Cut(lane, "|")
+			for _, u := range cfg.Upstreams {
+				if u.BaseURL == strings.ToLower(strings.TrimSuffix(base, "/")) {
+					b.Upstream, b.Capacity = u.Name, u.Capacity
+				}
+			}
+			by[lane] = b
+		}
+		b.Limits[who] += limit
+		b.Total += limit
+	}
+	for _, l := range s.lim.Snapshot().Lanes {
+		add(l.Lane, "self", l.Limit)
+	}
+	for _, src := range s.targets().sources() {
+		for _, l := range src.Snapshot.Lanes {
+			add(l.Lane, src.Name, l.Limit)
+		}
+	}
+	out := make([]Budget, 0, len(by))
+	for _, b := range by {
+		b.Overcommitted = b.Capacity > 0 && b.Total > b.Capacity
+		out = append(out, *b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Lane < out[j].Lane })
+	return out
+}
+
+func (s *Server) serveBudget(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(map[string]any{"lanes": s.budgets()})
+}
+
+// targetCollector re-exports the targets' lanes, the budgets and the
+// upstreams' capacity at scrape time.
+type targetCollector struct {
+	s                                                        *Server
+	up, inflight, limit, depth, saturated, p90, timeouts     *prometheus.Desc
+	state, budget, capacity, upstreamCapacity, overcommitted *prometheus.Desc
+}
+
+func newTargetCollector(s *Server, p string) *targetCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(p+"_"+name, help, labels, nil)
+	}
+	return &targetCollector{s: s,
+		up:               d("target_up", "1 if the last poll of the target's snapshot succeeded.", "target"),
+		inflight:         d("target_llm_inflight", "A target process's calls holding a lane slot.", "target", "lane"),
+		limit:            d("target_llm_limit", "A target process's lane limit.", "target", "lane"),
+		depth:            d("target_llm_queue_depth", "A target process's calls waiting for a lane slot, by class.", "target", "lane", "priority"),
+		saturated:        d("target_llm_saturated", "1 when a target process's lane has queued for 60 s or more.", "target", "lane"),
+		p90:              d("target_llm_wait_p90_seconds", "A target process's 5-minute p90 wait.", "target", "lane"),
+		timeouts:         d("target_llm_queue_timeouts_5m", "A target process's queue timeouts in the last 5 minutes.", "target", "lane"),
+		state:            d("target_llm_lane_state", "A target process's lane classification (1 for the current state).", "target", "lane", "state"),
+		budget:           d("llm_lane_budget", "Sum of the lane's limits across this exporter and its targets.", "lane"),
+		capacity:         d("llm_lane_capacity", "Configured parallel capacity of the upstream the lane calls (absent if unknown).", "lane", "upstream"),
+		overcommitted:    d("llm_lane_overcommitted", "1 when the lane's budget across processes exceeds its upstream's capacity.", "lane"),
+		upstreamCapacity: d("upstream_capacity", "Configured parallel capacity of an upstream (0 if unknown).", "upstream"),
+	}
+}
+
+func (c *targetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.limit, c.depth, c.saturated, c.p90, c.timeouts, c.state,
+		c.budget, c.capacity, c.overcommitted, c.upstreamCapacity} {
+		ch <- d
+	}
+}
+
+func (c *targetCollector) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	b01 := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	th := c.s.cfg.Load().thresholds()
+	for _, src := range c.s.targets().sources() {
+		g(c.up, b01(src.Up), src.Name)
+		for _, l := range src.Snapshot.Lanes {
+			g(c.inflight, float64(l.Inflight), src.Name, l.Lane)
+			g(c.limit, float64(l.Limit), src.Name, l.Lane)
+			q := l.QueuedByPriority
+			g(c.depth, float64(q.Interactive), src.Name, l.Lane, "interactive")
+			g(c.depth, float64(q.Default), src.Name, l.Lane, "default")
+			g(c.depth, float64(q.Bulk), src.Name, l.Lane, "bulk")
+			g(c.saturated, b01(l.Saturated), src.Name, l.Lane)
+			if l.WaitP90 != nil {
+				g(c.p90, float64(*l.WaitP90), src.Name, l.Lane)
+			}
+			g(c.timeouts, float64(l.QueueTimeouts5m), src.Name, l.Lane)
+			st := telemetry.Classify(l, th).State
+			for _, s := range telemetry.States() {
+				g(c.state, b01(s == st), src.Name, l.Lane, string(s))
+			}
+		}
+	}
+	for _, b := range c.s.budgets() {
+		g(c.budget, float64(b.Total), b.Lane)
+		if b.Capacity > 0 {
+			g(c.capacity, float64(b.Capacity), b.Lane, b.Upstream)
+		}
+		g(c.overcommitted, b01(b.Overcommitted), b.Lane)
+	}
+	for _, u := range c.s.cfg.Load().Upstreams {
+		g(c.upstreamCapacity, float64(u.Capacity), u.Name)
+	}
+}
