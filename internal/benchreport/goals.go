@@ -37,6 +37,12 @@ const intro = `## What is measured
 - **telemetry, Routes**: serving the snapshot, the classification, and a ` + "`/metrics`" + ` scrape
   (OTel exporter, Go and process collectors) with 100 lanes, each with history and a
   queued call: what polling every second, or a 15 s scrape, costs.
+- **lanes-exporter, Proxy**: a streamed chat completion against a gateway that answers at
+  once, sequentially, direct and through the proxy (lanes on, uncontended): latency
+  percentiles. **ProxyThroughput**: 32 concurrent clients against the simulator (capacity
+  32, 10 tokens of 2 ms each), direct and through a lane of 32: calls per second.
+  **QueuedMemory**: heap and stacks per call queued behind a held slot, with client and
+  proxy in one process (so the client's side is counted too).
 - Memory of the 5-minute statistics is bounded by construction: at most 31 step
   histograms of 3.4 KB plus their 3.4 KB sum per lane, about 110 KB, whatever the
   grant rate (` + "`TestWindowMemoryBounded`" + ` records 10,000 grants/s for 6 minutes and checks
@@ -121,6 +127,41 @@ func dur(ns float64) string {
 	return fmt.Sprintf("%.2f ns", ns)
 }
 
+// metricDiffGoal: name's unit metric exceeds anchor's by at most max.
+func metricDiffGoal(text, name, anchor, unit string, maxDiff float64) goal {
+	return goal{text, func(res map[string]*result) (string, bool) {
+		a, ok1 := metric(res, name, unit)
+		b, ok2 := metric(res, anchor, unit)
+		if !ok1 || !ok2 {
+			return "not run", false
+		}
+		return fmt.Sprintf("%.0f vs %.0f %s: +%.0f", a, b, unit, a-b), a-b <= maxDiff
+	}}
+}
+
+// metricRatioGoal: name's unit metric is at least min times anchor's.
+func metricRatioGoal(text, name, anchor, unit string, minRatio float64) goal {
+	return goal{text, func(res map[string]*result) (string, bool) {
+		a, ok1 := metric(res, name, unit)
+		b, ok2 := metric(res, anchor, unit)
+		if !ok1 || !ok2 {
+			return "not run", false
+		}
+		return fmt.Sprintf("%.0f vs %.0f %s = %.0f%%", a, b, unit, 100*a/b), a/b >= minRatio
+	}}
+}
+
+// metricMaxGoal: name's unit metric is at most max.
+func metricMaxGoal(text, name, unit string, maxV float64) goal {
+	return goal{text, func(res map[string]*result) (string, bool) {
+		a, ok := metric(res, name, unit)
+		if !ok {
+			return "not run", false
+		}
+		return fmt.Sprintf("%.1f %s", a, unit), a <= maxV
+	}}
+}
+
 var goals = []goal{
 	absGoal("limiter off: under 5 ns, 0 allocs", "BenchmarkAcquireRelease/uncontended/llmlanes-off", 5, 0),
 	ratioGoal("limiter uncontended: within 2x of x/sync/semaphore, 0 allocs",
@@ -140,6 +181,15 @@ var goals = []goal{
 	absGoal("snapshot route, 100 lanes: cheap enough to poll every second (under 5 ms)",
 		"BenchmarkRoutes/lanes-100/api/telemetry/llm-lanes", 5e6, 1e9),
 	absGoal("/metrics scrape, 100 lanes: under 100 ms", "BenchmarkRoutes/lanes-100/metrics", 1e8, 1e9),
+	metricDiffGoal("proxy: adds under 200 µs at p50 to a streamed call (loopback)",
+		"BenchmarkProxy/latency/proxy", "BenchmarkProxy/latency/direct", "p50-µs", 200),
+	metricDiffGoal("proxy: added p99 (reported)", "BenchmarkProxy/latency/proxy", "BenchmarkProxy/latency/direct", "p99-µs", 1e9),
+	metricRatioGoal("proxy: throughput at least 90% of direct (32 clients, simulated gateway)",
+		"BenchmarkProxyThroughput/calls/proxy", "BenchmarkProxyThroughput/calls/direct", "calls/s", 0.9),
+	metricMaxGoal("proxy: under 64 KiB per queued call, 10,000 queued over HTTP/2 (client side included)",
+		"BenchmarkQueuedMemory/h2c-10000", "KiB/queued", 64),
+	metricMaxGoal("proxy: under 64 KiB per queued call, 4,000 queued over HTTP/1.1 (client side and connections included)",
+		"BenchmarkQueuedMemory/http1-4000", "KiB/queued", 64),
 	logGoal("grant cost 1,000 → 100,000 waiters: no worse than logarithmic (x2 allowance for cache misses)",
 		"BenchmarkGrant/waiters", 1000, 100000, "", 2),
 }

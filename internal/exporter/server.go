@@ -43,6 +43,7 @@ type Server struct {
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
 	polls      atomic.Pointer[pollers]
+	buffers    bufferPool
 }
 
 func (s *Server) targets() *pollers { return s.polls.Load() }
@@ -158,9 +159,23 @@ func (s *Server) newUpstream(u Upstream, pc ProxyConfig) *upstream {
 		Transport:     s.tel.Bridge().Transport(lanes),
 		FlushInterval: -1, // streams pass through chunk by chunk
 		ErrorHandler:  s.proxyError(u.Name),
+		BufferPool:    &s.buffers,
 	}
 	return &upstream{cfg: u, proxy: rp}
 }
+
+// bufferPool recycles the proxy's 32 KiB copy buffers, which it would
+// otherwise allocate for every call.
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 32<<10)
+}
+
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // serveProxy forwards /proxy/{upstream}/<rest> to <base_url>/<rest>.
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
