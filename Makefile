@@ -1,7 +1,7 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test fmt-check vet bench
+.PHONY: demo test e2e fmt-check vet bench
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
@@ -12,6 +12,12 @@ test: fmt-check vet
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime 10s ./limiter/lanehttp
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 10s ./internal/exporter
+
+## e2e: end-to-end tests that need software beyond Go (Debian's chromium); installs it
+## when missing (needs root, as in CI). CI runs it after make test.
+e2e:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	$(GO) test -tags e2e -count=1 -run 'Browser' ./internal/exporter
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
