@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -500,4 +501,37 @@ func TestEvents(t *testing.T) {
 	if waited != 7*time.Second {
 		t.Fatalf("acquired wait %v, want 7s", waited)
 	}
+}
+
+// A slow observer delays only the call it observes: the lane's lock is not
+// held while observers run, so other calls take and give back slots.
+func TestSlowObserverDoesNotStallLane(t *testing.T) {
+	block, entered := make(chan struct{}), make(chan struct{})
+	h := newHarness(t, cfgN(2))
+	stuck := func(ctx context.Context, e limiter.Event) {
+		if e.Kind == limiter.Acquired && ctx.Value(callID{}) == "slow" {
+			close(entered)
+			<-block
+		}
+	}
+	h.onEvent.Store(&stuck)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := context.WithValue(context.Background(), callID{}, "slow")
+		s, err := h.lim.Acquire(ctx, gw)
+		if err == nil {
+			s.Release()
+		}
+	}()
+	<-entered // the slow call holds its slot, stuck in its observer
+	h.expectCounts(gw, 1, 0)
+	for i := range 50 { // the other slot keeps turning over
+		s := h.take(gw, fmt.Sprintf("other%d", i), limiter.Interactive)
+		s.Release()
+	}
+	h.expectCounts(gw, 1, 0)
+	close(block)
+	<-done
+	h.expectCounts(gw, 0, 0)
 }
