@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -25,6 +26,14 @@ import (
 const DefaultPrefix = "llmlanes"
 
 var prefixRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// ValidatePrefix reports whether p can start Prometheus metric names.
+func ValidatePrefix(p string) error {
+	if !prefixRE.MatchString(p) {
+		return fmt.Errorf("metric prefix %q: want letters, digits and underscores, not starting with a digit", p)
+	}
+	return nil
+}
 
 // Options configures New.
 type Options struct {
@@ -79,8 +88,8 @@ func New(o Options) (*Telemetry, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if !prefixRE.MatchString(prefix) {
-		return nil, fmt.Errorf("telemetry: metric prefix %q: want letters, digits and underscores, not starting with a digit", prefix)
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	th := o.Thresholds
 	if th == (Thresholds{}) {
@@ -130,7 +139,7 @@ func (t *Telemetry) registerState(m metric.Meter) error {
 				if c.State == s {
 					v = 1
 				}
-				o.ObserveInt64(g, v, metric.WithAttributes(laneAttr(c.Lane), stateAttr(s)))
+				o.ObserveInt64(g, v, metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("state", string(s))))
 			}
 		}
 		return nil

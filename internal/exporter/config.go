@@ -192,8 +192,8 @@ func (c *Config) check() error {
 	if c.Metrics.Prefix == "" {
 		c.Metrics.Prefix = telemetry.DefaultPrefix
 	}
-	if !regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`).MatchString(c.Metrics.Prefix) {
-		return keyErr("metrics.prefix", "%q: want letters, digits and underscores, not starting with a digit", c.Metrics.Prefix)
+	if err := telemetry.ValidatePrefix(c.Metrics.Prefix); err != nil {
+		return keyErr("metrics.prefix", "%v", err)
 	}
 	if c.Proxy.MaxBodyBytes < 0 {
 		return keyErr("proxy.max_body_bytes", "is %d: want 0 (the default, 32 MiB) or more", c.Proxy.MaxBodyBytes)

@@ -198,8 +198,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx = limiter.WithPriority(ctx, p)
 	}
-	// Retries that clients mark keep nothing here: each proxied request is
-	// one acquisition. The arrival is now.
+	// Each proxied request is one acquisition, arriving now: a client's
+	// retry is a new request and queues again.
 	u.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -224,22 +224,30 @@ func (s *Server) proxyError(name string) func(http.ResponseWriter, *http.Request
 			s.log.Warn("upstream stalled", "upstream", name, "lane", se.Lane, "phase", se.Phase, "after", se.After)
 			writeError(w, http.StatusGatewayTimeout, "upstream_stall", se.Error())
 		default:
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
+			err = withoutURL(err)
 			s.log.Warn("upstream unreachable", "upstream", name, "err", err.Error())
 			writeError(w, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("upstream %q: %v", name, err))
 		}
 	}
 }
 
+// withoutURL drops the URL that net/http puts in front of a transport
+// error: it may carry a key in its query, and must not reach a log.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
 // writeError answers with an OpenAI-style JSON error.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(lanehttp.ErrorBody{Error: lanehttp.ErrorDetail{Message: msg, Type: "invalid_request_error", Code: code}})
+	typ := "invalid_request_error"
 	if status >= 500 {
-		b, _ = json.Marshal(lanehttp.ErrorBody{Error: lanehttp.ErrorDetail{Message: msg, Type: "server_error", Code: code}})
+		typ = "server_error"
 	}
+	b, _ := json.Marshal(lanehttp.ErrorBody{Error: lanehttp.ErrorDetail{Message: msg, Type: typ, Code: code}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))

@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -77,16 +78,14 @@ func (t *target) poll(ctx context.Context, client *http.Client, timeout time.Dur
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
-		if ctx.Err() != nil && errorsIsShutdown(ctx) {
-			return
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			return // shutting down, not a failed poll
 		}
 		t.src.Up, t.src.Error = false, err.Error()
 		return
 	}
 	t.src = telemetry.Source{Name: t.cfg.Name, Up: true, Snapshot: snap}
 }
-
-func errorsIsShutdown(ctx context.Context) bool { return context.Cause(ctx) == context.Canceled }
 
 func fetchSnapshot(ctx context.Context, client *http.Client, url string) (limiter.Snapshot, error) {
 	var snap limiter.Snapshot
@@ -97,7 +96,7 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string) (limite
 	req.Header.Set("Accept", "application/json")
 	res, err := client.Do(req)
 	if err != nil {
-		return snap, fmt.Errorf("fetch: %w", unwrapURL(err))
+		return snap, fmt.Errorf("fetch: %w", withoutURL(err))
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
@@ -107,14 +106,6 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string) (limite
 		return snap, fmt.Errorf("not a D8 snapshot: %w", err)
 	}
 	return snap, nil
-}
-
-func unwrapURL(err error) error {
-	type wrapped interface{ Unwrap() error }
-	if w, ok := err.(wrapped); ok && strings.HasPrefix(err.Error(), "Get ") {
-		return w.Unwrap()
-	}
-	return err
 }
 
 // sources returns the targets' state for classification: only targets
