@@ -1,17 +1,22 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test e2e fmt-check vet bench
+.PHONY: demo test e2e tools fmt-check vet bench
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
 	$(GO) run ./cmd/lanes-exporter --demo
 
 ## test: every test: gofmt check, go vet, go test -race, short fuzz runs
-test: fmt-check vet
+test: tools fmt-check vet
 	$(GO) test -race -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime 10s ./limiter/lanehttp
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 10s ./internal/exporter
+
+## tools: what the tests need beyond Go: promtool, from Debian's prometheus package
+## (installed when missing; needs root, as in CI)
+tools:
+	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
 ## e2e: end-to-end tests that need software beyond Go (Debian's chromium); installs it
 ## when missing (needs root, as in CI). CI runs it after make test.
