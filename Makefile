@@ -18,11 +18,13 @@ test: tools fmt-check vet
 tools:
 	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
-## e2e: end-to-end tests that need software beyond Go (Debian's chromium); installs it
-## when missing (needs root, as in CI). CI runs it after make test.
-e2e:
+## e2e: end-to-end tests that need software beyond Go: the status page in Debian's
+## chromium, and a real Prometheus (Debian's) scraping the exporter, loading the rules
+## and running every dashboard query; installs them when missing (needs root, as in CI).
+## CI runs it after make test.
+e2e: tools
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	$(GO) test -tags e2e -count=1 -run 'Browser' ./internal/exporter
+	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus' ./internal/exporter
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

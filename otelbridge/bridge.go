@@ -146,6 +146,7 @@ func boolInt(v bool) int64 {
 // slices: building attributes or a variadic slice per event would allocate
 // on every model call.
 type laneOpts struct {
+	zeroed   sync.Once // the lane's counters exist from its first event, at 0
 	lane     []metric.AddOption
 	laneRec  []metric.RecordOption
 	laneObs  []metric.ObserveOption
@@ -186,10 +187,20 @@ func classIndex(p limiter.Priority) int { return int(p - limiter.Interactive) }
 // Observe is a limiter.Observer: pass it to limiter.New with
 // limiter.WithObserver.
 func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
+	lo := b.opts(e.Lane)
+	lo.zeroed.Do(func() {
+		// Counters that exist from a lane's first event let rate() and
+		// dashboards work before the first timeout, retry or failure.
+		bg := context.Background()
+		b.timeouts.Add(bg, 0, lo.lane...)
+		b.retries.Add(bg, 0, lo.lane...)
+		for _, oc := range limiter.Outcomes() {
+			b.upstream.Add(bg, 0, lo.outcome[oc]...)
+		}
+	})
 	switch e.Kind {
 	case limiter.Acquired, limiter.TimedOut, limiter.Canceled:
 		ctx = b.queueSpan(ctx, e)
-		lo := b.opts(e.Lane)
 		if e.Kind == limiter.Acquired {
 			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[classIndex(e.Priority)]...)
 		}
@@ -198,7 +209,6 @@ func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
 		}
 	case limiter.Exchanged:
 		x := e.Exchange
-		lo := b.opts(e.Lane)
 		b.upstream.Add(ctx, 1, lo.outcome[x.Outcome]...)
 		if x.Retry {
 			b.retries.Add(ctx, 1, lo.lane...)

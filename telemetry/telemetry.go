@@ -129,6 +129,14 @@ func (t *Telemetry) registerState(m metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	// The hold text is a sentence, not a number: it rides in a label of an
+	// info gauge so that dashboards can show it. A new series starts when
+	// the text changes (at most once a scrape) and the old one goes stale.
+	hold, err := m.Int64ObservableGauge("llm.lane.hold_info", metric.WithUnit(""),
+		metric.WithDescription("Always 1; its hold_text label is the lane's hold text (as in the classification route), its state label the state."))
+	if err != nil {
+		return err
+	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, c := range t.Classify() {
 			if c.Target != "" {
@@ -141,9 +149,11 @@ func (t *Telemetry) registerState(m metric.Meter) error {
 				}
 				o.ObserveInt64(g, v, metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("state", string(s))))
 			}
+			o.ObserveInt64(hold, 1, metric.WithAttributes(attribute.String("lane", c.Lane),
+				attribute.String("state", string(c.State)), attribute.String("hold_text", c.HoldText)))
 		}
 		return nil
-	}, g)
+	}, g, hold)
 	return err
 }
 

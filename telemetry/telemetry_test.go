@@ -215,6 +215,7 @@ func TestExtraSeries(t *testing.T) {
 		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="healthy"} 0`,
 		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
 		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="gateway_degraded"} 0`,
+		`llmlanes_llm_lane_hold_info{hold_text="gate queue: 1 call waiting, p90 wait 6 s, 1 queue timeout in 5 min",lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
 		"go_goroutines ", "process_cpu_seconds_total ",
 	} {
 		if !strings.Contains(body, want) {

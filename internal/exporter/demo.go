@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -113,24 +112,37 @@ func (d *Demo) every(ctx context.Context, period time.Duration, f func(i int)) {
 func (d *Demo) load(ctx context.Context, url string) {
 	d.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	client := d.client
+	// call streams one chat completion; like the official SDKs it retries
+	// once after a 429 or 5xx that does not say x-should-retry: false,
+	// marking the retry with X-Stainless-Retry-Count.
 	call := func(priority, model string) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			body := fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":"review this diff"}]}`, model)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer sk-demo")
-			req.Header.Set(PriorityHeader, priority)
-			res, err := client.Do(req)
-			if err != nil {
-				return
+			for attempt := 0; attempt < 2; attempt++ {
+				body := fmt.Sprintf(`{"model":%q,"stream":true,"messages":[{"role":"user","content":"review this diff"}]}`, model)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer sk-demo")
+				req.Header.Set(PriorityHeader, priority)
+				req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(attempt))
+				res, err := client.Do(req)
+				if err != nil {
+					return
+				}
+				sc := bufio.NewScanner(res.Body)
+				for sc.Scan() {
+				}
+				res.Body.Close()
+				if res.StatusCode != http.StatusTooManyRequests && res.StatusCode < 500 || res.Header.Get("X-Should-Retry") == "false" {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(300 * time.Millisecond):
+				}
 			}
-			defer res.Body.Close()
-			sc := bufio.NewScanner(res.Body)
-			for sc.Scan() {
-			}
-			io.Copy(io.Discard, res.Body)
 		}()
 	}
 	start := time.Now()

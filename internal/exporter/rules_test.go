@@ -15,6 +15,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/llmlanes/llmlanes/dashboards"
+
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
@@ -121,5 +123,33 @@ func TestRulesUseExportedMetrics(t *testing.T) {
 	sort.Strings(missing)
 	if len(missing) > 0 {
 		t.Fatalf("the rules use metrics the exporter does not export: %v", missing)
+	}
+}
+
+// Every metric the dashboards query is one the exporter exports.
+func TestDashboardsUseExportedMetrics(t *testing.T) {
+	names := exportedNames(t)
+	files, err := dashboards.Files("llmlanes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	count := 0
+	for name, b := range files {
+		exprs, err := dashboards.Exprs(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range exprs {
+			for _, m := range regexp.MustCompile(`\bllmlanes_[a-zA-Z0-9_]+`).FindAllString(e, -1) {
+				count++
+				if !names[m] {
+					missing = append(missing, name+": "+m)
+				}
+			}
+		}
+	}
+	if count < 20 || len(missing) > 0 {
+		t.Fatalf("%d metric references; not exported: %v", count, missing)
 	}
 }

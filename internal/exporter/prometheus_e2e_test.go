@@ -1,0 +1,215 @@
+//go:build e2e
+
+package exporter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/dashboards"
+	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+)
+
+// A real Prometheus (Debian's, installed by `make tools`) scrapes a
+// lanes-exporter that has one saturated lane in front of a healthy gateway
+// and one free lane in front of a failing gateway. The rules (with their
+// `for` shortened to 5 s, rewritten from alerts/llmlanes.rules.yml) load
+// with health ok; LLMLanesLaneSaturated and LLMLanesGatewayDegraded reach
+// pending or firing, each for the right lane; and every dashboard query
+// returns data.
+func TestPrometheusEndToEnd(t *testing.T) {
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus not found: `make tools` installs Debian's prometheus (%v)", err)
+	}
+	healthy := gatewaysim.New(gatewaysim.Config{Capacity: 8, TokenTime: 100 * time.Millisecond, Tokens: 20, PropagateDisconnect: true})
+	failing := gatewaysim.New(gatewaysim.Config{Capacity: 8, TokenTime: 5 * time.Millisecond, Tokens: 5, ServerError: 0.5, PropagateDisconnect: true})
+	hs, fs := httptest.NewServer(healthy), httptest.NewServer(failing)
+	defer hs.Close()
+	defer fs.Close()
+	defer healthy.Close()
+	defer failing.Close()
+	cfg, err := ParseConfig("e2e.yaml", []byte(fmt.Sprintf(`
+limiter: {max_inflight: 2, queue_timeout: 600s, interactive_reserve: 0}
+upstreams:
+  - {name: healthy, base_url: "%s/v1", capacity: 8}
+  - {name: failing, base_url: "%s/v1", capacity: 8}
+`, hs.URL, fs.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Start(srv, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Shutdown(context.Background())
+
+	// The load: six workers keep the healthy lane's queue full; one worker
+	// calls the failing gateway every 300 ms and retries its 5xx once.
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.Transport.(*http.Transport).CloseIdleConnections()
+	call := func(upstream string, retry int) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+l.Addr+"/proxy/"+upstream+"/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true}`))
+		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(retry))
+		res, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				call("healthy", 0)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if call("failing", 0) >= 500 {
+				call("failing", 1)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stop(); wg.Wait() }()
+
+	// Prometheus, scraping every second, with the rules' `for` shortened.
+	dir := t.TempDir()
+	src, err := os.ReadFile("../../alerts/llmlanes.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := regexp.MustCompile(`(?m)^(\s+for:) \S+$`).ReplaceAll(src, []byte("$1 5s"))
+	os.WriteFile(filepath.Join(dir, "rules.yml"), short, 0o644)
+	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(fmt.Sprintf(`
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [rules.yml]
+scrape_configs:
+  - job_name: lanes-exporter
+    static_configs: [{targets: ["%s"]}]
+`, l.Addr)), 0o644)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	promAddr := ln.Addr().String()
+	ln.Close()
+	prom := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr, "--log.level=warn")
+	prom.Stderr = os.Stderr
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { prom.Process.Kill(); prom.Wait() }()
+	api := func(path string, v any) error {
+		res, err := http.Get("http://" + promAddr + path)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		return json.NewDecoder(res.Body).Decode(v)
+	}
+
+	// The alerts: saturation on the healthy lane (after 60 s of queueing),
+	// gateway degraded on the failing one.
+	want := map[string]string{"LLMLanesLaneSaturated": hs.URL + "/v1|m", "LLMLanesGatewayDegraded": fs.URL + "/v1|m"}
+	seen := map[string]string{}
+	for deadline := time.Now().Add(150 * time.Second); len(seen) < len(want); time.Sleep(2 * time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("alerts reached: %v, want %v", seen, want)
+		}
+		var r struct {
+			Data struct {
+				Alerts []struct {
+					Labels map[string]string
+					State  string
+				}
+			}
+		}
+		if api("/api/v1/alerts", &r) != nil {
+			continue
+		}
+		for _, a := range r.Data.Alerts {
+			name, lane := a.Labels["alertname"], a.Labels["lane"]
+			if want[name] != "" && (a.State == "pending" || a.State == "firing") {
+				if lane != want[name] {
+					t.Fatalf("%s on lane %s, want %s", name, lane, want[name])
+				}
+				seen[name] = a.State
+			}
+		}
+	}
+	t.Logf("alerts: %v", seen)
+
+	// The rules load with health ok.
+	var rules struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct{ Name, Health, LastError string }
+			}
+		}
+	}
+	if err := api("/api/v1/rules", &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Data.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Health != "ok" {
+				t.Errorf("rule %s: health %s %s", r.Name, r.Health, r.LastError)
+			}
+		}
+	}
+	if n != 7 {
+		t.Errorf("%d rules loaded, want 7", n)
+	}
+
+	// Every dashboard query returns data.
+	files, _ := dashboards.Files("llmlanes")
+	for name, b := range files {
+		exprs, _ := dashboards.Exprs(b)
+		for _, e := range exprs {
+			var r struct {
+				Status string
+				Error  string
+				Data   struct{ Result []json.RawMessage }
+			}
+			if err := api("/api/v1/query?query="+url.QueryEscape(dashboards.Substitute(e)), &r); err != nil || r.Status != "success" {
+				t.Errorf("%s: %s: %v %s", name, e, err, r.Error)
+				continue
+			}
+			if len(r.Data.Result) == 0 {
+				t.Errorf("%s: no data for %s", name, e)
+			}
+		}
+	}
+}
