@@ -46,6 +46,10 @@ type Config struct {
 	// PropagateDisconnect makes an abandoned request stop at once; without
 	// it the gateway finishes the work and counts it as wasted.
 	PropagateDisconnect bool `json:"propagate_disconnect"`
+	// RejectAbove, when above 0, answers 429 at once to a request that
+	// arrives with this many in progress: a gateway's parallel-request
+	// limit (LiteLLM-style), the alternative the ADR rejects.
+	RejectAbove int `json:"reject_above"`
 	// Seed makes the fault draws repeatable (0: random).
 	Seed uint64 `json:"seed"`
 }
@@ -159,6 +163,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.RetriesSeen++
 		}
 	})
+	if c.RejectAbove > 0 {
+		g.mu.Lock()
+		full := g.st.Active >= c.RejectAbove
+		g.mu.Unlock()
+		if full {
+			g.count(func(s *Stats) { s.RateLimited++ })
+			writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "parallel request limit reached")
+			return
+		}
+	}
 	switch g.draw(c) {
 	case "429":
 		g.count(func(s *Stats) { s.RateLimited++ })
