@@ -92,17 +92,20 @@ type Point struct {
 }
 
 type run struct {
-	o         Options
-	sim       *gatewaysim.Gateway
-	client    *http.Client
-	url       string
-	start     time.Time
-	mu        sync.Mutex
-	r         Report
-	waits     []time.Duration // interactive queue waits
-	bulkWaits []time.Duration
-	ttfts     []time.Duration
-	panels    []panelState
+	o      Options
+	sim    *gatewaysim.Gateway
+	client *http.Client
+	url    string
+	// sdkTimeout bounds each attempt by the SDK's request timeout, which
+	// counts any queue wait; the lanes set-up leaves it to the transport.
+	sdkTimeout bool
+	start      time.Time
+	mu         sync.Mutex
+	r          Report
+	waits      []time.Duration // interactive queue waits
+	bulkWaits  []time.Duration
+	ttfts      []time.Duration
+	panels     []panelState
 }
 
 type panelState struct {
@@ -155,15 +158,14 @@ func Run(ctx context.Context, scenario string, o Options) (Report, error) {
 		return Report{}, fmt.Errorf("replay: unknown scenario %q (want one of %s)", scenario, strings.Join(Scenarios, ", "))
 	}
 	x.client = &http.Client{Transport: rt}
+	x.sdkTimeout = scenario != "lanes" // with lanes, the transport's timeouts bound each attempt
 	x.url = srv.URL + "/v1/chat/completions"
 
-	// The first-token time of one call to the idle gateway, for scale.
+	// The first-token time of one call to the idle gateway, for scale; the
+	// report counts what happens after it.
 	x.start = time.Now()
-	x.call(ctx, "calibrate", -1)
-	x.r.IdleTTFT = x.r.ChatTTFTP50
-	x.ttfts, x.waits = nil, nil
-	x.r.Completed, x.r.Failed = map[string]int{}, map[string]int{}
-	x.sim.SetConfig(cfg) // reset nothing but the draws; the stats below are deltas
+	_, x.r.IdleTTFT = x.attempts(ctx, limiter.Interactive, 0)
+	x.waits, x.r.Timeouts, x.r.RetriesSent = nil, 0, 0
 	before := x.sim.Stats()
 
 	x.start = time.Now()
@@ -276,16 +278,51 @@ func pct(xs []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-var priorities = map[string]limiter.Priority{"interactive": limiter.Interactive, "default": limiter.Default, "bulk": limiter.Bulk, "calibrate": limiter.Interactive}
+func priorityOf(class string) limiter.Priority {
+	switch class {
+	case "interactive":
+		return limiter.Interactive
+	case "bulk":
+		return limiter.Bulk
+	}
+	return limiter.Default
+}
 
-// call makes one logical model call as an SDK would: up to 1+Retries
-// attempts, each bounded by the request timeout (in the lanes set-up, by
-// the transport's timeouts, which start once the slot is held); 429 and
-// 5xx are retried unless the answer says x-should-retry: false.
+// call makes one logical model call of class (for panel, or -1) and
+// records how it ended.
 func (x *run) call(ctx context.Context, class string, panel int) {
 	start := x.now()
-	cctx := limiter.WithArrival(limiter.WithPriority(ctx, priorities[class]), time.Now())
-	ok, first := false, time.Duration(0)
+	ok, first := x.attempts(ctx, priorityOf(class), start)
+	if ctx.Err() != nil {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !ok {
+		x.r.Failed[class]++
+		if panel >= 0 {
+			x.panels[panel].failed = true
+		}
+		return
+	}
+	x.r.Completed[class]++
+	switch {
+	case class == "interactive":
+		x.ttfts = append(x.ttfts, first)
+		x.r.Chats = append(x.r.Chats, Point{start, first.Seconds()})
+	case panel >= 0:
+		x.panels[panel].left--
+		x.panels[panel].finished = max(x.panels[panel].finished, x.now())
+	}
+}
+
+// attempts makes a call as an SDK would: up to 1+Retries attempts, each
+// bounded by the request timeout (in the lanes set-up, by the transport's
+// timeouts, which start once the slot is held); 429 and 5xx are retried
+// unless the answer says x-should-retry: false. It reports whether the
+// answer came to the end, and when its first token came (since start).
+func (x *run) attempts(ctx context.Context, p limiter.Priority, start time.Duration) (ok bool, first time.Duration) {
+	cctx := limiter.WithArrival(limiter.WithPriority(ctx, p), time.Now())
 	for attempt := 0; attempt <= x.o.Retries && !ok; attempt++ {
 		if attempt > 0 {
 			x.mu.Lock()
@@ -294,14 +331,12 @@ func (x *run) call(ctx context.Context, class string, panel int) {
 			select { // backoff 0.5 s, 1 s, ... as the SDKs do
 			case <-time.After(x.real(time.Duration(500<<(attempt-1)) * time.Millisecond)):
 			case <-ctx.Done():
-				return
+				return false, 0
 			}
 		}
 		actx, cancel := cctx, context.CancelFunc(func() {})
-		if x.client.Transport != nil {
-			if _, lanes := x.client.Transport.(*lanehttp.Transport); !lanes {
-				actx, cancel = context.WithTimeout(cctx, x.real(x.o.RequestTimeout))
-			}
+		if x.sdkTimeout {
+			actx, cancel = context.WithTimeout(cctx, x.real(x.o.RequestTimeout))
 		}
 		req, _ := http.NewRequestWithContext(actx, http.MethodPost, x.url, strings.NewReader(`{"model":"protolabs/smart","stream":true}`))
 		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(attempt))
@@ -309,7 +344,7 @@ func (x *run) call(ctx context.Context, class string, panel int) {
 		if err != nil {
 			cancel()
 			if ctx.Err() != nil {
-				return
+				return false, 0
 			}
 			x.timeout()
 			continue
@@ -339,28 +374,7 @@ func (x *run) call(ctx context.Context, class string, panel int) {
 			x.timeout() // the stream broke off or stalled
 		}
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if !ok {
-		x.r.Failed[class]++
-		if panel >= 0 {
-			x.panels[panel].failed = true
-		}
-		return
-	}
-	x.r.Completed[class]++
-	switch {
-	case class == "interactive" || class == "calibrate":
-		x.ttfts = append(x.ttfts, first)
-		if class == "interactive" {
-			x.r.Chats = append(x.r.Chats, Point{start, first.Seconds()})
-		} else {
-			x.r.ChatTTFTP50 = first
-		}
-	case panel >= 0:
-		x.panels[panel].left--
-		x.panels[panel].finished = max(x.panels[panel].finished, x.now())
-	}
+	return ok, first
 }
 
 func (x *run) timeout() {
