@@ -19,6 +19,9 @@ type Timer interface {
 	Stop() bool
 }
 
+// SystemClock returns the clock of the system: time.Now and time.AfterFunc.
+func SystemClock() Clock { return systemClock{} }
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }

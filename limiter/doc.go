@@ -17,10 +17,19 @@
 // (WithPriority), so goroutines started with it inherit it. A waiter's
 // effective class rises one step for every 60 s it has waited, counted from
 // its logical arrival, which a retry keeps by carrying it in the context
-// (WithArrival), so bulk work is never starved. Config.InteractiveReserve
-// slots are kept for calls whose own class is Interactive: aging never makes
-// other work eligible for them. Every grant decision, the reserve check
-// included, is made under the lane's lock.
+// (WithArrival), so bulk work is never starved. Every grant decision, the
+// reserve check included, is made under the lane's lock.
+//
+// # Reserve
+//
+// Config.InteractiveReserve (clamped to MaxInflight-1) is counted against
+// non-interactive holders: calls whose own class is not Interactive may
+// hold at most MaxInflight minus the reserve slots at once, and Interactive
+// calls may take any free slot. So non-interactive work always has at least
+// one slot (limit 2, reserve 1, one interactive call in flight: a bulk call
+// still gets the other slot at once), and with limit 3, reserve 1 and two
+// bulk calls in flight a third bulk call waits while an interactive one is
+// granted at once. Aging changes the serving order, never this cap.
 //
 // # Waiting
 //
@@ -40,7 +49,15 @@
 //
 // Snapshot reports every lane in the D8 shape of DESIGN.md (inflight,
 // queue by class, oldest wait, wait percentiles and queue timeouts of the
-// last 5 minutes, saturation); its JSON encoding is that shape exactly.
+// last 5 minutes, saturation), plus two extra keys: the lane's upstream
+// outcomes of the last 5 minutes and an estimate, per class, of how long a
+// call arriving now would wait (ETA).
+//
+// A wait sample is taken when a wait ends in a grant (0 for an immediate
+// grant) or in a queue timeout (its whole wait), so a lane that times its
+// callers out can never look fast. A wait its caller canceled is not a
+// sample, since its length was the caller's choice; observers see it as a
+// Canceled event.
 // Observers (WithObserver) receive an Event for every enqueue, grant,
 // release, cancellation and timeout, which is how packages such as
 // otelbridge feed metrics and spans without this package importing them.

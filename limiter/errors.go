@@ -20,13 +20,17 @@ type QueueTimeoutError struct {
 	Queued       int           // waiters in the lane then, this one included
 	Limit        int           // MaxInflight in force then
 	QueueTimeout time.Duration // Config.QueueTimeout in force then
+	// RetryAfter is when a new call of the same class could expect a slot,
+	// estimated from the lane's recent service rate (the queue timeout when
+	// the lane has none), rounded up to whole seconds, at least 1 s.
+	RetryAfter time.Duration
 }
 
 func (e *QueueTimeoutError) Error() string {
 	return fmt.Sprintf("limiter: lane %q: no slot after waiting %s (position %d of %d queued, priority %s); "+
 		"raise max_inflight (now %d) if the gateway has capacity to spare, raise queue_timeout (now %s), "+
-		"or send less work to this lane",
-		e.Lane, e.Waited.Round(100*time.Millisecond), e.Position, e.Queued, e.Priority, e.Limit, e.QueueTimeout)
+		"or send less work to this lane; a new call would wait about %s",
+		e.Lane, e.Waited.Round(100*time.Millisecond), e.Position, e.Queued, e.Priority, e.Limit, e.QueueTimeout, e.RetryAfter)
 }
 
 // Is reports whether target is ErrQueueTimeout.

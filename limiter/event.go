@@ -13,11 +13,13 @@ const (
 	Enqueued EventKind = iota + 1
 	// Acquired: the call got a slot; Wait is 0 for an immediate grant.
 	Acquired
-	// Released: a slot was given back.
+	// Released: a slot was given back; Priority is the holder's own class.
 	Released
-	// Canceled: the call's context ended while it waited; it left the queue.
+	// Canceled: the call's context ended while it waited; it left the
+	// queue. Its Wait is not a wait sample (the caller chose its length).
 	Canceled
-	// TimedOut: the call waited QueueTimeout and left the queue.
+	// TimedOut: the call waited QueueTimeout and left the queue. Its Wait
+	// is a wait sample, as a grant's is.
 	TimedOut
 	// Exchanged: an exchange with the upstream ended (see RecordExchange).
 	Exchanged

@@ -107,6 +107,11 @@ func ExampleLimiter_Snapshot() {
 	//   "wait_p50_s_5m": 0.0,
 	//   "wait_p90_s_5m": 0.0,
 	//   "queue_timeouts_5m": 0,
-	//   "saturated": true
+	//   "saturated": true,
+	//   "eta_s": {
+	//     "interactive": null,
+	//     "default": null,
+	//     "bulk": null
+	//   }
 	// }
 }

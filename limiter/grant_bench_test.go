@@ -32,7 +32,7 @@ func BenchmarkGrant(b *testing.B) {
 				return w
 			}
 			for i := range n {
-				l.enqueue(mk(i))
+				l.enqueueLocked(mk(i))
 			}
 			fresh := make([]*waiter, b.N) // made before timing: only the grant is measured
 			for i := range fresh {
@@ -42,8 +42,8 @@ func BenchmarkGrant(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				l.inflight = 0
-				l.dispatch(now)
-				l.enqueue(fresh[i])
+				l.dispatchLocked(now)
+				l.enqueueLocked(fresh[i])
 			}
 		})
 	}

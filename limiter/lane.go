@@ -6,19 +6,26 @@ import (
 	"time"
 )
 
-// lane is the slots and queue of one (endpoint, model). Every grant decision,
-// the reserve check included, is made under mu, so a slot can never be given
-// twice or lost between the check and the grant.
+// lane is the slots and queue of one (endpoint, model).
 type lane struct {
 	lim *Limiter
 	key string
 
+	// mu guards everything below it. Every grant decision, the reserve check
+	// included, is made with mu held, so a slot can never be given twice or
+	// lost between the check and the grant. Methods named ...Locked expect
+	// it held.
 	mu       sync.Mutex
 	inflight int
-	q        queue
-	seq      uint64
-	since    time.Time // when the queue last became non-empty
-	stats    window
+	// others counts the holders whose own class is not Interactive: the
+	// reserve caps them (see fitsLocked), not the total.
+	others int
+	free   []*hold // released holds, reused so that a grant allocates nothing
+	q      queue
+	seq    uint64
+	since  time.Time // when the queue last became non-empty: saturation
+	busyAt time.Time // while the queue is non-empty: busy time counted up to here
+	stats  window
 	// fresh is true while stats.cur is known to be the current step, so an
 	// immediate grant can count itself there without reading the clock
 	// (reading it costs more than the rest of the fast path). A timer on the
@@ -26,73 +33,126 @@ type lane struct {
 	fresh bool
 }
 
+// hold is one granted slot. A Slot is a handle on a hold plus the hold's
+// generation at the grant; releasing bumps the generation, so a second
+// release through a copy of the Slot no longer matches and does nothing.
+// Holds are reused through the lane's free list. Guarded by the lane's mu.
+type hold struct {
+	lane *lane
+	gen  uint64
+	prio Priority // the holder's own class
+}
+
 func newLane(lim *Limiter, key string) *lane {
 	return &lane{lim: lim, key: key, stats: window{origin: lim.origin}}
 }
 
-// fits reports whether a call of class p may take a slot now, with no one
-// waiting ahead of it.
-func (l *lane) fits(cfg *Config, p Priority) bool {
+// capFor returns how many slots calls of own class p may hold at once:
+// every slot for Interactive, MaxInflight minus the reserve for the others.
+// The reserve is counted against non-interactive holders, not against free
+// slots, so non-interactive work always keeps at least one slot of its own
+// and interactive calls may take any free slot (ADR-0115 D2, D6).
+func capFor(cfg *Config, p Priority) int {
+	if p == Interactive {
+		return cfg.MaxInflight
+	}
+	return cfg.MaxInflight - cfg.Reserve()
+}
+
+// fitsLocked reports whether a call of own class p may take a slot now,
+// queue aside.
+func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 	if cfg.MaxInflight == 0 {
 		return true
 	}
-	free := cfg.MaxInflight - l.inflight
-	return free > cfg.Reserve() || (free > 0 && p == Interactive)
+	if l.inflight >= cfg.MaxInflight {
+		return false
+	}
+	return p == Interactive || l.others < capFor(cfg, p)
 }
 
-// next returns the waiter to grant a slot to at now, or nil when none may
-// have one: with a reserved slot as the only free one, only a waiter whose
-// own class is Interactive qualifies, however long others have aged.
-func (l *lane) next(cfg *Config, now time.Time) *waiter {
+// nextLocked returns the waiter to grant a slot to at now, or nil when none
+// may have one. The best waiter in serving order wins if it fits; if it
+// does not, only the non-interactive cap can be in its way, and then the
+// first interactive waiter is the only one that fits. Aging changes the
+// order, never the cap.
+func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 	if cfg.MaxInflight == 0 {
 		return l.q.best(now)
 	}
-	free := cfg.MaxInflight - l.inflight
-	switch {
-	case free <= 0:
+	if l.inflight >= cfg.MaxInflight {
 		return nil
-	case free > cfg.Reserve():
-		return l.q.best(now)
-	default:
-		return l.q.classes[Interactive.index()].head()
 	}
+	if l.others < capFor(cfg, Bulk) {
+		return l.q.best(now)
+	}
+	return l.q.classes[Interactive.index()].head()
 }
 
-// dispatch grants slots to waiters while any may have one.
-func (l *lane) dispatch(now time.Time) {
+// dispatchLocked grants slots to waiters while any may have one.
+func (l *lane) dispatchLocked(now time.Time) {
 	cfg := l.lim.cfg.Load()
 	for l.q.n > 0 {
-		w := l.next(cfg, now)
+		w := l.nextLocked(cfg, now)
 		if w == nil {
 			return
 		}
-		l.dequeue(w)
-		l.inflight++
+		l.dequeueLocked(w, now)
+		w.hold = l.takeLocked(w.prio)
+		w.gen = w.hold.gen
 		w.state = granted
 		w.waited = now.Sub(w.enqueued)
 		l.stats.recordWait(now, w.waited)
+		l.stats.recordQueuedGrant()
 		close(w.ready)
 	}
 }
 
-func (l *lane) enqueue(w *waiter) {
+// takeLocked counts a new holder of class p and returns its hold.
+func (l *lane) takeLocked(p Priority) *hold {
+	l.inflight++
+	if p != Interactive {
+		l.others++
+	}
+	var h *hold
+	if n := len(l.free); n > 0 {
+		h, l.free = l.free[n-1], l.free[:n-1]
+	} else {
+		h = &hold{lane: l}
+	}
+	h.prio = p
+	return h
+}
+
+func (l *lane) enqueueLocked(w *waiter) {
 	if l.q.n == 0 {
-		l.since = w.enqueued
+		l.since, l.busyAt = w.enqueued, w.enqueued
 	}
 	l.q.push(w)
 }
 
-func (l *lane) dequeue(w *waiter) {
+func (l *lane) dequeueLocked(w *waiter, now time.Time) {
 	l.q.remove(w)
 	if l.q.n == 0 {
-		l.since = time.Time{}
+		l.stats.recordBusy(now, now.Sub(l.busyAt))
+		l.since, l.busyAt = time.Time{}, time.Time{}
 	}
 }
 
-// grantNow takes a slot for a call that fits with no one ahead of it, and
-// counts its zero wait. Called with mu held.
-func (l *lane) grantNow() {
-	l.inflight++
+// creditBusyLocked counts the time the queue has been non-empty up to now
+// in the statistics, so that the service rate includes a busy spell still
+// going on.
+func (l *lane) creditBusyLocked(now time.Time) {
+	if l.q.n > 0 && now.After(l.busyAt) {
+		l.stats.recordBusy(now, now.Sub(l.busyAt))
+		l.busyAt = now
+	}
+}
+
+// grantNowLocked takes a slot for a call that fits with no one ahead of it,
+// and counts its zero wait.
+func (l *lane) grantNowLocked(p Priority) *hold {
+	h := l.takeLocked(p)
 	if !l.fresh {
 		now := l.lim.clock.Now()
 		l.stats.advance(now)
@@ -100,6 +160,7 @@ func (l *lane) grantNow() {
 		l.lim.clock.AfterFunc(l.stats.nextBoundary().Sub(now), l.stepEnded)
 	}
 	l.stats.recordZero()
+	return h
 }
 
 func (l *lane) stepEnded() {
@@ -108,9 +169,11 @@ func (l *lane) stepEnded() {
 	l.mu.Unlock()
 }
 
-// wait queues a call of class p and blocks until it is granted, times out,
-// or its context ends. Called with mu held; returns with it released.
-func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) {
+// waitLocked queues a call of class p and blocks until it is granted, times
+// out, or its context ends. It is called with mu held and returns with it
+// released: the lock must cover the enqueue and the first dispatch, and
+// must not be held while the call blocks.
+func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, error) {
 	lim := l.lim
 	now := lim.clock.Now()
 	w := &waiter{prio: p, arrival: now, enqueued: now, seq: l.seq, ready: make(chan struct{})}
@@ -119,16 +182,16 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 		w.arrival = a
 	}
 	w.at = int64(w.arrival.Sub(lim.origin))
-	l.enqueue(w)
+	l.enqueueLocked(w)
 	w.place = l.q.placeOf(p)
 	// A newcomer can be served at once: an interactive call may take a
-	// reserved slot that the queued bulk work may not, and a retry that
+	// slot that the queued non-interactive work may not, and a retry that
 	// carries an early arrival may rank first.
-	l.dispatch(now)
+	l.dispatchLocked(now)
 	if w.state == granted {
 		l.mu.Unlock()
 		lim.emit(ctx, Event{Kind: Acquired, Lane: l.key, Priority: p})
-		return Slot{l: l}, nil
+		return Slot{h: w.hold, gen: w.gen}, nil
 	}
 	// Arm the timeout before anyone can learn that w is queued, so that the
 	// wait is bounded from the moment it is visible.
@@ -141,9 +204,10 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	case <-ctx.Done():
 		l.mu.Lock()
 		if w.state == waiting {
-			l.dequeue(w)
+			now := lim.clock.Now()
+			l.dequeueLocked(w, now)
 			w.state = canceled
-			w.waited = lim.clock.Now().Sub(w.enqueued)
+			w.waited = now.Sub(w.enqueued)
 		}
 		l.mu.Unlock()
 	}
@@ -154,7 +218,7 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	case granted:
 		e.Kind = Acquired
 		lim.emit(ctx, e)
-		s := Slot{l: l}
+		s := Slot{h: w.hold, gen: w.gen}
 		if err := ctx.Err(); err != nil {
 			// The grant raced the cancellation: hand the slot on.
 			s.Release()
@@ -172,7 +236,9 @@ func (l *lane) wait(ctx context.Context, cfg *Config, p Priority) (Slot, error) 
 	}
 }
 
-// expire ends w's wait with a queue timeout, unless it already ended.
+// expire ends w's wait with a queue timeout, unless it already ended. The
+// whole wait is recorded as a wait sample: a lane that times its callers
+// out must never look fast.
 func (l *lane) expire(w *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -190,26 +256,39 @@ func (l *lane) expire(w *waiter) {
 		Limit:        cfg.MaxInflight,
 		QueueTimeout: cfg.queueTimeout(),
 	}
-	l.dequeue(w)
-	l.stats.recordTimeout(now)
+	l.creditBusyLocked(now)
+	l.dequeueLocked(w, now)
+	l.stats.recordTimeout(now, e.Waited)
+	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now)
 	w.state, w.waited, w.err = timedOut, e.Waited, e
 	close(w.ready)
 	// Removing a waiter frees no slot, so no one else can be granted now.
 }
 
-// release gives back one slot and grants it on.
-func (l *lane) release() {
+// release gives back the slot of h at generation gen, unless that was
+// done already, and grants it on.
+func (l *lane) release(h *hold, gen uint64) {
 	l.mu.Lock()
+	if h.gen != gen {
+		l.mu.Unlock()
+		return // a second release through a copy of the Slot
+	}
+	h.gen++
+	p := h.prio
 	l.inflight--
+	if p != Interactive {
+		l.others--
+	}
+	l.free = append(l.free, h)
 	if l.q.n > 0 {
-		l.dispatch(l.lim.clock.Now())
+		l.dispatchLocked(l.lim.clock.Now())
 	}
 	l.mu.Unlock()
-	l.lim.emit(context.Background(), Event{Kind: Released, Lane: l.key})
+	l.lim.emit(context.Background(), Event{Kind: Released, Lane: l.key, Priority: p})
 }
 
-// snapshot reports the lane at now. Called with mu held.
-func (l *lane) snapshot(cfg *Config, now time.Time) LaneSnapshot {
+// snapshotLocked reports the lane at now.
+func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s := LaneSnapshot{
 		Lane:     l.key,
 		Limit:    cfg.MaxInflight,
@@ -226,6 +305,7 @@ func (l *lane) snapshot(cfg *Config, now time.Time) LaneSnapshot {
 		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())
 		s.Saturated = now.Sub(l.since) >= saturationAfter
 	}
+	l.creditBusyLocked(now)
 	l.stats.advance(now)
 	if p50, p90, ok := l.stats.percentiles(); ok {
 		a, b := seconds(p50), seconds(p90)
@@ -233,5 +313,6 @@ func (l *lane) snapshot(cfg *Config, now time.Time) LaneSnapshot {
 	}
 	s.QueueTimeouts5m = int(l.stats.timeouts)
 	s.Upstream = l.stats.upstreamCounts()
+	s.ETA = l.etaLocked(cfg, now)
 	return s
 }

@@ -80,7 +80,7 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		ln := v.(*lane)
 		ln.mu.Lock()
 		if ln.q.n > 0 {
-			ln.dispatch(l.clock.Now())
+			ln.dispatchLocked(l.clock.Now())
 		}
 		ln.mu.Unlock()
 		return true
@@ -95,8 +95,10 @@ func (l *Limiter) SetConfig(cfg Config) error {
 // and creates no lane. Otherwise a context that is already done takes no
 // slot and returns ctx.Err(). Waiters are served by effective class, then
 // by logical arrival (see WithArrival): a waiter's class rises one step for
-// every 60 s it has waited, up to Interactive, but only calls whose own
-// class is Interactive may take the reserved slots.
+// every 60 s it has waited, up to Interactive. The reserve caps the calls
+// whose own class is not Interactive at MaxInflight minus
+// Config.Reserve() slots held at once, whatever their age; Interactive
+// calls may take any free slot.
 //
 // A wait ends with the slot, with a *QueueTimeoutError (errors.Is
 // ErrQueueTimeout) after Config.QueueTimeout, or with ctx.Err() when ctx
@@ -114,15 +116,16 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	ln := l.lane(key)
 	ln.mu.Lock()
 	cfg = l.cfg.Load() // decide under the lock with the settings in force now
-	if ln.q.n == 0 && ln.fits(cfg, p) {
-		ln.grantNow()
+	if ln.q.n == 0 && ln.fitsLocked(cfg, p) {
+		h := ln.grantNowLocked(p)
+		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
 			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p})
 		}
-		return Slot{l: ln}, nil
+		return Slot{h: h, gen: gen}, nil
 	}
-	return ln.wait(ctx, cfg, p)
+	return ln.waitLocked(ctx, cfg, p)
 }
 
 func (l *Limiter) lane(key string) *lane {
@@ -160,7 +163,7 @@ func (l *Limiter) Snapshot() Snapshot {
 	l.lanes.Range(func(_, v any) bool {
 		ln := v.(*lane)
 		ln.mu.Lock()
-		s.Lanes = append(s.Lanes, ln.snapshot(cfg, now))
+		s.Lanes = append(s.Lanes, ln.snapshotLocked(cfg, now))
 		ln.mu.Unlock()
 		return true
 	})
@@ -171,27 +174,28 @@ func (l *Limiter) Snapshot() Snapshot {
 // Slot is a granted place in a lane. Release it exactly when the call's
 // work at the gateway is over (for a stream, when the stream ends).
 //
-// Release is idempotent through the same Slot variable (or pointers to it):
-// later calls do nothing. It must not be called concurrently on the same
-// Slot, and a copy of a Slot is a second handle on the same place: release
-// through one of them only. The zero Slot (from a limiter that is off)
-// releases nothing.
+// Release is idempotent: a second Release, through the same Slot or
+// through a copy of it, does nothing, so a slot is never given back twice.
+// The zero Slot (from a limiter that is off) releases nothing. Release must
+// not be called concurrently on the same Slot variable; copies may be
+// released concurrently.
 type Slot struct {
-	l *lane
+	h   *hold
+	gen uint64 // h.gen when granted; a released hold has moved on
 }
 
 // Release gives the slot back; the lane grants it to the next waiter.
 func (s *Slot) Release() {
-	if l := s.l; l != nil {
-		s.l = nil
-		l.release()
+	if h := s.h; h != nil {
+		s.h = nil
+		h.lane.release(h, s.gen)
 	}
 }
 
 // Lane returns the key of the slot's lane, or "" for the zero Slot.
 func (s *Slot) Lane() string {
-	if s.l == nil {
+	if s.h == nil {
 		return ""
 	}
-	return s.l.key
+	return s.h.lane.key
 }

@@ -160,23 +160,87 @@ func TestArrivalOrdersWithinClass(t *testing.T) {
 	s.Release()
 }
 
-// 5. Reserve.
+// 5. Reserve: counted against non-interactive holders (ADR-0115 D2, D6).
+// Calls whose own class is not interactive may hold MaxInflight minus the
+// reserve slots at once; interactive calls may take any free slot.
+
+// Limit 2, reserve 1, one interactive call in flight: a bulk call still
+// gets the other slot at once ("non-interactive work always has at least
+// one slot").
+func TestReserveLeavesBulkASlotBesideInteractive(t *testing.T) {
+	h := newHarness(t, cfgN(2)) // reserve 1
+	i := h.take(gw, "interactive", limiter.Interactive)
+	b := h.take(gw, "bulk", limiter.Bulk)
+	h.expectCounts(gw, 2, 0)
+	// Both slots are held; a second bulk call waits.
+	h.queue(context.Background(), gw, "bulk2", limiter.Bulk)
+	b.Release()
+	b2 := h.expectGrant("bulk2")
+	i.Release()
+	b2.Release()
+	h.expectCounts(gw, 0, 0)
+}
+
+// Limit 3, reserve 1, two bulk calls in flight: a third bulk call waits,
+// while an interactive call is granted at once.
+func TestReserveHoldsBackThirdBulk(t *testing.T) {
+	h := newHarness(t, cfgN(3)) // reserve 1
+	b1 := h.take(gw, "bulk1", limiter.Bulk)
+	b2 := h.take(gw, "bulk2", limiter.Bulk)
+	h.queue(context.Background(), gw, "bulk3", limiter.Bulk)
+	h.expectCounts(gw, 2, 1)
+	i := h.take(gw, "interactive", limiter.Interactive) // the queued bulk call may not take it
+	h.expectCounts(gw, 3, 1)
+	// The interactive call leaving frees a slot, but not one bulk may hold:
+	// two bulk calls still do.
+	i.Release()
+	h.expectCounts(gw, 2, 1)
+	h.noneEnded()
+	b1.Release()
+	b3 := h.expectGrant("bulk3")
+	b2.Release()
+	b3.Release()
+	h.expectCounts(gw, 0, 0)
+}
+
+// The cap is on holders, not on free slots: interactive calls in flight do
+// not shrink what non-interactive work may hold.
+func TestReserveCountsNonInteractiveHolders(t *testing.T) {
+	h := newHarness(t, cfgN(4)) // reserve 1: others may hold 3
+	i1 := h.take(gw, "i1", limiter.Interactive)
+	i2 := h.take(gw, "i2", limiter.Interactive)
+	d := h.take(gw, "default", limiter.Default)
+	b := h.take(gw, "bulk", limiter.Bulk) // the last slot: 2 of 3 for others, none free
+	h.expectCounts(gw, 4, 0)
+	h.queue(context.Background(), gw, "bulk2", limiter.Bulk)
+	h.queue(context.Background(), gw, "interactive3", limiter.Interactive)
+	i1.Release() // served by class: the interactive waiter first
+	i3 := h.expectGrant("interactive3")
+	i2.Release() // 2 non-interactive holders of 3: bulk2 may take it
+	b2 := h.expectGrant("bulk2")
+	for _, s := range []*limiter.Slot{i3, d, b, b2} {
+		s.Release()
+	}
+	h.expectCounts(gw, 0, 0)
+}
+
+// A reserved slot goes to an interactive waiter ahead of older work that
+// has reached the cap.
 func TestReserveGoesToInteractive(t *testing.T) {
-	cfg := cfgN(2) // reserve 1
-	h := newHarness(t, cfg)
+	h := newHarness(t, cfgN(2)) // reserve 1
 	a := h.take(gw, "a", limiter.Default)
-	b := h.take(gw, "b", limiter.Interactive) // the reserved slot
+	b := h.take(gw, "b", limiter.Interactive)
 	h.queue(context.Background(), gw, "bulk", limiter.Bulk)
 	h.queue(context.Background(), gw, "interactive", limiter.Interactive)
-	a.Release()
-	// One slot free, and it is the reserved one: the interactive call gets
-	// it although the bulk call came first.
-	i := h.expectGrant("interactive")
 	b.Release()
-	// Again only the reserved slot is free: bulk keeps waiting.
+	// One slot free, and a default call holds the only non-interactive
+	// one: the interactive call gets it although the bulk call came first.
+	i := h.expectGrant("interactive")
+	h.expectCounts(gw, 2, 1)
+	i.Release()
 	h.expectCounts(gw, 1, 1)
 	h.noneEnded()
-	i.Release()
+	a.Release()
 	bulk := h.expectGrant("bulk")
 	bulk.Release()
 }
@@ -358,6 +422,33 @@ func TestDoneContextTakesNoSlot(t *testing.T) {
 	s.Release()
 }
 
+// Releasing a copy of a Slot after the original (or the other way round)
+// frees the slot once: the lane never counts fewer holders than it has, and
+// the freed place is not given away twice.
+func TestCopiedSlotReleasedTwice(t *testing.T) {
+	h := newHarness(t, cfgN(2))
+	a := h.take(gw, "a", limiter.Bulk)
+	b := h.take(gw, "b", limiter.Interactive)
+	copyA := *a
+	a.Release()
+	copyA.Release()
+	h.expectCounts(gw, 1, 0)
+	// The hold behind a is reused for c; the stale copy must not free it.
+	c := h.take(gw, "c", limiter.Bulk)
+	copyA.Release()
+	h.expectCounts(gw, 2, 0)
+	h.queue(context.Background(), gw, "d", limiter.Interactive)
+	copyC := *c
+	c.Release()
+	d := h.expectGrant("d")
+	copyC.Release()
+	h.expectCounts(gw, 2, 0)
+	for _, s := range []*limiter.Slot{b, d} {
+		s.Release()
+	}
+	h.expectCounts(gw, 0, 0)
+}
+
 func TestDoubleReleaseFreesOneSlot(t *testing.T) {
 	h := newHarness(t, cfgN(2))
 	a := h.take(gw, "a", limiter.Interactive)
@@ -489,7 +580,8 @@ func TestEvents(t *testing.T) {
 		}
 	}
 	// Released and Acquired of different calls may come in either order.
-	want := map[string]int{"acquired/bulk": 1, "enqueued/interactive": 1, "released/default": 2, "acquired/interactive": 1}
+	// Released carries the releasing call's own class.
+	want := map[string]int{"acquired/bulk": 1, "enqueued/interactive": 1, "released/bulk": 1, "released/interactive": 1, "acquired/interactive": 1}
 	for _, g := range got {
 		want[g]--
 	}
@@ -534,4 +626,105 @@ func TestSlowObserverDoesNotStallLane(t *testing.T) {
 	close(block)
 	<-done
 	h.expectCounts(gw, 0, 0)
+}
+
+// A queue timeout's whole wait is a wait sample: a lane whose every caller
+// times out after 300 s reports p50 and p90 of 300 s, never a fast lane.
+func TestTimedOutWaitsCountInPercentiles(t *testing.T) {
+	h := newHarness(t, cfgN(1)) // queue timeout 300 s
+	held := h.take(gw, "holder", limiter.Default)
+	// The holder's immediate grant was 5 minutes ago by the time the
+	// callers time out: it has left the window.
+	h.clock.Advance(20 * time.Second)
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		h.queue(context.Background(), gw, id, limiter.Bulk)
+	}
+	h.clock.Advance(300 * time.Second)
+	h.expectEnds(map[string]string{"a": "no slot", "b": "no slot", "c": "no slot", "d": "no slot", "e": "no slot"})
+	l := h.lane(gw)
+	if l.WaitP50 == nil || l.WaitP90 == nil || *l.WaitP50 != 300 || *l.WaitP90 != 300 || l.QueueTimeouts5m != 5 {
+		t.Fatalf("after five 300 s timeouts: p50 %v p90 %v timeouts %d, want 300.0, 300.0, 5", l.WaitP50, l.WaitP90, l.QueueTimeouts5m)
+	}
+	held.Release()
+}
+
+// A canceled wait is not a wait sample: its length was the caller's
+// choice, not the lane's.
+func TestCanceledWaitIsNotASample(t *testing.T) {
+	h := newHarness(t, cfgN(1))
+	held := h.take(gw, "holder", limiter.Default)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.queue(ctx, gw, "w", limiter.Default)
+	h.clock.Advance(100 * time.Second)
+	cancel()
+	if r := h.next(); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("err %v", r.err)
+	}
+	if l := h.lane(gw); *l.WaitP90 != 0 || l.QueueTimeouts5m != 0 {
+		t.Fatalf("after a canceled 100 s wait: p90 %v timeouts %d, want only the holder's 0", *l.WaitP90, l.QueueTimeouts5m)
+	}
+	held.Release()
+}
+
+// The estimated wait of a newcomer, by class, comes from the calls ahead of
+// it and the lane's recent hold times, and a queue timeout suggests when to
+// come back.
+func TestETAAndRetryAfter(t *testing.T) {
+	h := newHarness(t, limiter.Config{MaxInflight: 2, InteractiveReserve: 1, QueueTimeout: 30 * time.Second})
+	b := h.take(gw, "bulk", limiter.Bulk)
+	i := h.take(gw, "interactive", limiter.Interactive)
+	ctx := context.Background()
+	if e := h.lane(gw).ETA; e == nil || e.Interactive != nil || e.Default != nil || e.Bulk != nil {
+		t.Fatalf("eta with no hold times known: %+v, want no estimates", e)
+	}
+	for range 3 { // calls hold their slot 10 s each
+		h.lim.RecordExchange(ctx, gw, limiter.Exchange{Outcome: limiter.OutcomeOK, Status: 200, Duration: 10 * time.Second})
+	}
+	for _, c := range []struct {
+		id string
+		p  limiter.Priority
+	}{{"bulk1", limiter.Bulk}, {"default1", limiter.Default}, {"bulk2", limiter.Bulk}} {
+		h.queue(ctx, gw, c.id, c.p)
+	}
+	// Interactive: no one ranks ahead; 2 slots of 10 s serve 0.2 calls/s:
+	// 5 s. Default: one call ahead; only 1 slot may serve it (the reserve):
+	// (1+1) × 10 s = 20 s. Bulk: all 3 ahead: 40 s.
+	e := h.lane(gw).ETA
+	if e == nil || e.Interactive == nil || e.Default == nil || e.Bulk == nil ||
+		*e.Interactive != 5 || *e.Default != 20 || *e.Bulk != 40 {
+		t.Fatalf("eta %+v, want 5, 20 and 40 s", e)
+	}
+	h.clock.Advance(30 * time.Second)
+	// Each times out in turn and is told what a new call of its class would
+	// wait then: bulk1 leaves two calls ahead of a new bulk call, (2+1) ×
+	// 10 s; default1 none ahead of a new default call (bulk2 ranks below
+	// it), 10 s; bulk2 none, 10 s.
+	retry := map[string]time.Duration{}
+	for range 3 {
+		r := h.next()
+		var qe *limiter.QueueTimeoutError
+		if !errors.As(r.err, &qe) {
+			t.Fatalf("%s: %v", r.id, r.err)
+		}
+		retry[r.id] = qe.RetryAfter
+		if !strings.Contains(qe.Error(), "a new call would wait about "+qe.RetryAfter.String()) {
+			t.Fatalf("message %q lacks the estimate", qe.Error())
+		}
+	}
+	if retry["bulk1"] != 30*time.Second || retry["default1"] != 10*time.Second || retry["bulk2"] != 10*time.Second {
+		t.Fatalf("retry-after %v, want bulk1 30s, default1 10s, bulk2 10s", retry)
+	}
+	// With the queue empty and the slots held, a newcomer waits for one
+	// slot only.
+	if e := h.lane(gw).ETA; *e.Interactive != 5 || *e.Bulk != 10 {
+		t.Fatalf("eta with an empty queue %+v, want 5 and 10 s", e)
+	}
+	i.Release()
+	if e := h.lane(gw).ETA; *e.Interactive != 0 || *e.Bulk != 10 {
+		t.Fatalf("eta with the reserved slot free %+v, want 0 for interactive, 10 s for bulk", e)
+	}
+	b.Release()
+	if e := h.lane(gw).ETA; *e.Interactive != 0 || *e.Default != 0 || *e.Bulk != 0 {
+		t.Fatalf("eta with an idle lane %+v, want 0", e)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ type mWaiter struct {
 type mHeld struct {
 	id     string
 	lane   string
+	prio   limiter.Priority
 	slot   *limiter.Slot
 	onLane bool // false for the zero slot of a limiter that was off
 	cancel context.CancelFunc
@@ -62,6 +64,7 @@ type mGrant struct {
 
 type mLane struct {
 	inflight int
+	others   int       // holders whose own class is not interactive
 	since    time.Time // queue non-empty since; zero when empty
 	grants   []mGrant
 	timeouts []time.Time
@@ -70,6 +73,7 @@ type mLane struct {
 type model struct {
 	t       *rapid.T
 	h       *harness
+	holders *holderCount // the limiter's holders by class, from its events
 	cfg     limiter.Config
 	waiters []*mWaiter
 	held    []*mHeld
@@ -79,7 +83,44 @@ type model struct {
 
 func newModel(t *rapid.T) *model {
 	cfg := limiter.Config{MaxInflight: 2, QueueTimeout: 120 * time.Second, InteractiveReserve: 1}
-	return &model{t: t, h: newHarness(t, cfg), cfg: cfg, lanes: map[string]*mLane{}}
+	m := &model{t: t, h: newHarness(t, cfg), cfg: cfg, lanes: map[string]*mLane{}, holders: &holderCount{n: map[string]*[3]int{}}}
+	obs := m.holders.observe
+	m.h.onEvent.Store(&obs)
+	return m
+}
+
+// holderCount follows, from Acquired and Released events, how many slots
+// each lane has given to each own class.
+type holderCount struct {
+	mu sync.Mutex
+	n  map[string]*[3]int
+}
+
+func (c *holderCount) observe(_ context.Context, e limiter.Event) {
+	d := 0
+	switch e.Kind {
+	case limiter.Acquired:
+		d = 1
+	case limiter.Released:
+		d = -1
+	default:
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[e.Lane] == nil {
+		c.n[e.Lane] = new([3]int)
+	}
+	c.n[e.Lane][int(e.Priority-limiter.Interactive)] += d
+}
+
+func (c *holderCount) get(lane string) [3]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.n[lane]; n != nil {
+		return *n
+	}
+	return [3]int{}
 }
 
 func (m *model) now() time.Time { return m.h.clock.Now() }
@@ -96,7 +137,10 @@ func rank(w *mWaiter, now time.Time) limiter.Priority {
 	return max(limiter.Interactive, w.prio-limiter.Priority(steps))
 }
 
-// dispatch grants slots in lane k the plain way and returns who got one.
+// dispatch grants slots in lane k the plain way and returns who got one:
+// while a slot is free, the best waiter in serving order that may take it.
+// Calls whose own class is not interactive may hold at most MaxInflight
+// minus the reserve slots at once; interactive calls any free slot.
 func (m *model) dispatch(k string) []string {
 	var got []string
 	now, ln := m.now(), m.lane(k)
@@ -105,7 +149,7 @@ func (m *model) dispatch(k string) []string {
 		if m.cfg.MaxInflight > 0 && free <= 0 {
 			break
 		}
-		onlyInteractive := m.cfg.MaxInflight > 0 && free <= m.cfg.Reserve()
+		onlyInteractive := m.cfg.MaxInflight > 0 && ln.others >= m.cfg.MaxInflight-m.cfg.Reserve()
 		var pick *mWaiter
 		for _, w := range m.waiters {
 			if w.lane != k || (onlyInteractive && w.prio != limiter.Interactive) {
@@ -120,8 +164,11 @@ func (m *model) dispatch(k string) []string {
 		}
 		m.removeWaiter(pick)
 		ln.inflight++
+		if pick.prio != limiter.Interactive {
+			ln.others++
+		}
 		ln.grants = append(ln.grants, mGrant{at: now, wait: now.Sub(pick.enqueued)})
-		m.held = append(m.held, &mHeld{id: pick.id, lane: k, onLane: true, cancel: pick.cancel})
+		m.held = append(m.held, &mHeld{id: pick.id, lane: k, prio: pick.prio, onLane: true, cancel: pick.cancel})
 		got = append(got, pick.id)
 	}
 	return got
@@ -180,7 +227,7 @@ func (m *model) acquire(t *rapid.T) {
 		if !granted || r.err != nil || r.slot.Lane() != "" {
 			t.Fatalf("off: %s granted %v err %v lane %q, want a zero slot at once", id, granted, r.err, r.slot.Lane())
 		}
-		m.held = append(m.held, &mHeld{id: id, lane: k, slot: &r.slot, cancel: cancel})
+		m.held = append(m.held, &mHeld{id: id, lane: k, prio: p, slot: &r.slot, cancel: cancel})
 		return
 	}
 	w := &mWaiter{id: id, lane: k, prio: p, arrival: arrival, enqueued: now, seq: m.seq, deadline: now.Add(m.cfg.QueueTimeout), cancel: cancel}
@@ -212,14 +259,22 @@ func (m *model) release(t *rapid.T) {
 	i := rapid.IntRange(0, len(m.held)-1).Draw(t, "held")
 	hd := m.held[i]
 	m.held = slices.Delete(m.held, i, i+1)
+	twice := rapid.SampledFrom([]string{"once", "twice", "copy"}).Draw(t, "release")
+	copied := *hd.slot
 	hd.slot.Release()
-	if rapid.Bool().Draw(t, "twice") {
+	switch twice {
+	case "twice":
 		hd.slot.Release() // must do nothing
+	case "copy":
+		copied.Release() // a copy of a released slot must do nothing too
 	}
 	hd.cancel()
 	var got []string
 	if hd.onLane {
 		m.lane(hd.lane).inflight--
+		if hd.prio != limiter.Interactive {
+			m.lane(hd.lane).others--
+		}
 		got = m.dispatch(hd.lane)
 	}
 	m.settle(got, nil)
@@ -243,7 +298,10 @@ func (m *model) advance(t *rapid.T) {
 	for _, w := range slices.Clone(m.waiters) {
 		if !w.deadline.After(end) {
 			m.removeWaiter(w)
-			m.lane(w.lane).timeouts = append(m.lane(w.lane).timeouts, w.deadline)
+			ml := m.lane(w.lane)
+			ml.timeouts = append(ml.timeouts, w.deadline)
+			// A queue timeout's whole wait is a wait sample too.
+			ml.grants = append(ml.grants, mGrant{at: w.deadline, wait: w.deadline.Sub(w.enqueued)})
 			ended[w.id] = "no slot after waiting"
 		}
 	}
@@ -304,6 +362,28 @@ func (m *model) check(t *rapid.T) {
 		}
 		if l.Limit != m.cfg.MaxInflight || l.Reserve != m.cfg.Reserve() {
 			t.Fatalf("lane %s: limit %d reserve %d, config %+v", l.Lane, l.Limit, l.Reserve, m.cfg)
+		}
+		// The limiter's holders by own class, as its Acquired and Released
+		// events tell them, are the model's.
+		if n := m.holders.get(l.Lane); n[0]+n[1]+n[2] != ml.inflight || n[1]+n[2] != ml.others {
+			t.Fatalf("lane %s: holders by class %v (from events), model inflight %d non-interactive %d", l.Lane, n, ml.inflight, ml.others)
+		}
+		// No slot is left free while a waiter that may take it waits: the
+		// model's dispatch has just run, so a waiter left in a lane with a
+		// free slot must be a non-interactive one held back by the cap.
+		if free := m.cfg.MaxInflight - ml.inflight; free > 0 {
+			for _, w := range m.waiters {
+				if w.lane == l.Lane && (w.prio == limiter.Interactive || ml.others < m.cfg.MaxInflight-m.cfg.Reserve()) {
+					t.Fatalf("lane %s: %s (%s) waits with %d slots free", l.Lane, w.id, w.prio, free)
+				}
+			}
+		}
+		// A newcomer's estimated wait is 0 exactly when it would be granted
+		// at once.
+		fitsI := ml.inflight < m.cfg.MaxInflight
+		fitsB := fitsI && ml.others < m.cfg.MaxInflight-m.cfg.Reserve()
+		if e := l.ETA; e == nil || (e.Interactive != nil && *e.Interactive == 0) != fitsI || (e.Bulk != nil && *e.Bulk == 0) != fitsB {
+			t.Fatalf("lane %s: eta %+v, model: interactive fits %v, bulk fits %v", l.Lane, e, fitsI, fitsB)
 		}
 		if want := math.Round(now.Sub(oldest).Seconds()*10) / 10; float64(l.OldestWait) != want {
 			t.Fatalf("lane %s: oldest wait %v, model %v", l.Lane, l.OldestWait, want)

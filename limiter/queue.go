@@ -27,6 +27,8 @@ type waiter struct {
 	state    waiterState
 	waited   time.Duration
 	err      error
+	hold     *hold  // the slot, once granted
+	gen      uint64 // hold's generation at the grant
 	ready    chan struct{} // closed when state leaves waiting
 
 	index      int     // in its class heap
@@ -159,6 +161,19 @@ func (q *queue) position(w *waiter, now time.Time) int {
 		}
 	}
 	return p
+}
+
+// aheadOf counts, for a newcomer of each class (by index) arriving at now,
+// the waiters served before it: those whose effective class at now is the
+// same or higher. It scans every waiter.
+func (q *queue) aheadOf(now time.Time) [3]int {
+	var by [3]int
+	for i := range q.classes {
+		for _, e := range q.classes[i] {
+			by[e.w.rank(now).index()]++
+		}
+	}
+	return [3]int{by[0], by[0] + by[1], by[0] + by[1] + by[2]}
 }
 
 // placeOf returns the place in line of a waiter of class p that has just

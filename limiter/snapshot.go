@@ -28,8 +28,10 @@ type LaneSnapshot struct {
 	// OldestWait is how long the longest-waiting call has waited in this
 	// acquisition; 0 with an empty queue.
 	OldestWait Seconds `json:"oldest_wait_s"`
-	// WaitP50 and WaitP90 are percentiles of the waits of the grants of the
-	// last 5 minutes (immediate grants count as 0), nil with no grant.
+	// WaitP50 and WaitP90 are percentiles of the waits that ended in the
+	// last 5 minutes, in a grant (an immediate grant counts as 0) or in a
+	// queue timeout (its whole wait); nil when none did. A wait its caller
+	// canceled is not a sample: its length was the caller's choice.
 	WaitP50         *Seconds `json:"wait_p50_s_5m"`
 	WaitP90         *Seconds `json:"wait_p90_s_5m"`
 	QueueTimeouts5m int      `json:"queue_timeouts_5m"`
@@ -40,6 +42,9 @@ type LaneSnapshot struct {
 	// minutes, as reported with RecordExchange; nil (and the key left out)
 	// when there were none. It is an extra key beside the D8 ones.
 	Upstream *UpstreamCounts `json:"upstream_5m,omitempty"`
+	// ETA estimates how long a call of each class arriving now would wait
+	// (see ETA). An extra key; Limiter.Snapshot always sets it.
+	ETA *ETA `json:"eta_s,omitempty"`
 }
 
 // QueuedByPriority counts waiters by their own class.

@@ -83,11 +83,13 @@ func TestSnapshotScenario(t *testing.T) {
 	h.clock.Advance(49*time.Second + 900*time.Millisecond) // t=89.9: queued for 59.9 s
 	check(`{"enabled":true,"generated_at":"2026-09-28T09:01:29Z","lanes":[{"lane":"` + gw + `","limit":1,"reserve":0,
 		"inflight":1,"queued":2,"queued_by_priority":{"interactive":1,"default":1,"bulk":0},
-		"oldest_wait_s":59.9,"wait_p50_s_5m":15.0,"wait_p90_s_5m":27.0,"queue_timeouts_5m":0,"saturated":false}]}`)
+		"oldest_wait_s":59.9,"wait_p50_s_5m":15.0,"wait_p90_s_5m":27.0,"queue_timeouts_5m":0,"saturated":false,
+		"eta_s":{"interactive":null,"default":null,"bulk":null}}]}`)
 	h.clock.Advance(100 * time.Millisecond) // t=90: 60 s
 	check(`{"enabled":true,"generated_at":"2026-09-28T09:01:30Z","lanes":[{"lane":"` + gw + `","limit":1,"reserve":0,
 		"inflight":1,"queued":2,"queued_by_priority":{"interactive":1,"default":1,"bulk":0},
-		"oldest_wait_s":60.0,"wait_p50_s_5m":15.0,"wait_p90_s_5m":27.0,"queue_timeouts_5m":0,"saturated":true}]}`)
+		"oldest_wait_s":60.0,"wait_p50_s_5m":15.0,"wait_p90_s_5m":27.0,"queue_timeouts_5m":0,"saturated":true,
+		"eta_s":{"interactive":null,"default":null,"bulk":null}}]}`)
 
 	b.Release()
 	// c has waited 60 s, so it ranks as interactive and, having arrived
@@ -98,10 +100,13 @@ func TestSnapshotScenario(t *testing.T) {
 	}
 	c.Release()
 	d := h.expectGrant("d") // t=90, wait 50; the queue empties
-	// Waits now 0, 30, 50, 60: p50 40.0, p90 57.0.
+	// Waits now 0, 30, 50, 60: p50 40.0, p90 57.0. The queue was served
+	// 3 times in 90 s of queueing, so a newcomer of any class (the slot is
+	// held, no one ahead) would wait about 30 s.
 	check(`{"enabled":true,"generated_at":"2026-09-28T09:01:30Z","lanes":[{"lane":"` + gw + `","limit":1,"reserve":0,
 		"inflight":1,"queued":0,"queued_by_priority":{"interactive":0,"default":0,"bulk":0},
-		"oldest_wait_s":0.0,"wait_p50_s_5m":40.0,"wait_p90_s_5m":57.0,"queue_timeouts_5m":0,"saturated":false}]}`)
+		"oldest_wait_s":0.0,"wait_p50_s_5m":40.0,"wait_p90_s_5m":57.0,"queue_timeouts_5m":0,"saturated":false,
+		"eta_s":{"interactive":30.0,"default":30.0,"bulk":30.0}}]}`)
 
 	// A new queue starts a new 60 s count.
 	h.queue(ctx, gw, "e", limiter.Bulk)
@@ -197,7 +202,8 @@ func TestSnapshotSortsLanes(t *testing.T) {
 	}
 }
 
-// Every key of DESIGN.md is present, with nothing renamed, at every level.
+// Every key of DESIGN.md is present, with nothing renamed, at every level;
+// the only other keys are the documented extras.
 func TestSnapshotKeySet(t *testing.T) {
 	h := newHarness(t, cfgN(1))
 	s := h.take(gw, "a", limiter.Default)
@@ -209,6 +215,12 @@ func TestSnapshotKeySet(t *testing.T) {
 	sameKeys(t, "top", have, want)
 	hl := have["lanes"].([]any)[0].(map[string]any)
 	wl := want["lanes"].([]any)[0].(map[string]any)
+	eta, ok := hl["eta_s"].(map[string]any)
+	if !ok {
+		t.Fatalf("lane has no eta_s object: %v", hl)
+	}
+	sameKeys(t, "eta_s", eta, wl["queued_by_priority"].(map[string]any)) // one per class
+	delete(hl, "eta_s")
 	sameKeys(t, "lane", hl, wl)
 	sameKeys(t, "queued_by_priority", hl["queued_by_priority"].(map[string]any), wl["queued_by_priority"].(map[string]any))
 }

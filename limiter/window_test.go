@@ -16,12 +16,15 @@ func TestHistBuckets(t *testing.T) {
 			t.Fatalf("index not monotonic at %d", ds)
 		}
 		prev = i
-		v := histValue(i)
-		if ds < histExact && v != float64(ds) {
-			t.Fatalf("ds %d: value %v, want exact", ds, v)
+		lo, width := histLow(i)
+		if ds < histExact && (lo != ds || width != 1) {
+			t.Fatalf("ds %d: bucket from %d wide %d, want exact", ds, lo, width)
 		}
-		if ds < 1<<20 && math.Abs(v-float64(ds)) > 0.016*float64(ds) {
-			t.Fatalf("ds %d: value %v off by more than 1.6%%", ds, v)
+		if ds < 1<<20 && (ds < lo || ds >= lo+width || float64(width) > 0.016*float64(lo)+1) {
+			t.Fatalf("ds %d: bucket from %d wide %d: not in it, or wider than 1.6%%", ds, lo, width)
+		}
+		if off := histOffset(ds, i); ds < 1<<20 && lo+off != ds {
+			t.Fatalf("ds %d: offset %d from %d", ds, off, lo)
 		}
 	}
 	if histIndex(1<<40) != histBuckets-1 {

@@ -40,6 +40,7 @@ type Bridge struct {
 
 	wait      metric.Float64Histogram
 	timeouts  metric.Int64Counter
+	canceled  metric.Int64Counter
 	upstream  metric.Int64Counter
 	retries   metric.Int64Counter
 	firstByte metric.Float64Histogram
@@ -63,11 +64,14 @@ func New(o Options) (*Bridge, error) {
 	note := func(err error) { errs = append(errs, err) }
 	var err error
 	b.wait, err = m.Float64Histogram("llm.queue.wait", metric.WithUnit("s"),
-		metric.WithDescription("Time model calls waited for a lane slot, by lane and class; immediate grants count as 0."),
+		metric.WithDescription("Time model calls waited for a lane slot, by lane and class, until a grant (immediate grants count as 0) or a queue timeout (the whole wait)."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	note(err)
 	b.timeouts, err = m.Int64Counter("llm.queue.timeouts", metric.WithUnit("{timeout}"),
 		metric.WithDescription("Model calls that gave up waiting for a lane slot after the queue timeout."))
+	note(err)
+	b.canceled, err = m.Int64Counter("llm.queue.cancellations", metric.WithUnit("{call}"),
+		metric.WithDescription("Model calls whose caller went away (its context ended) while they waited for a lane slot; not in the wait histogram."))
 	note(err)
 	b.upstream, err = m.Int64Counter("llm.upstream.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Exchanges with the upstream gateway, by lane and outcome."))
@@ -193,6 +197,7 @@ func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
 		// dashboards work before the first timeout, retry or failure.
 		bg := context.Background()
 		b.timeouts.Add(bg, 0, lo.lane...)
+		b.canceled.Add(bg, 0, lo.lane...)
 		b.retries.Add(bg, 0, lo.lane...)
 		for _, oc := range limiter.Outcomes() {
 			b.upstream.Add(bg, 0, lo.outcome[oc]...)
@@ -201,11 +206,15 @@ func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
 	switch e.Kind {
 	case limiter.Acquired, limiter.TimedOut, limiter.Canceled:
 		ctx = b.queueSpan(ctx, e)
-		if e.Kind == limiter.Acquired {
+		switch e.Kind {
+		case limiter.Acquired:
 			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[classIndex(e.Priority)]...)
-		}
-		if e.Kind == limiter.TimedOut {
+		case limiter.TimedOut:
+			// A lane that times its callers out must not look fast.
+			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[classIndex(e.Priority)]...)
 			b.timeouts.Add(ctx, 1, lo.lane...)
+		case limiter.Canceled:
+			b.canceled.Add(ctx, 1, lo.lane...)
 		}
 	case limiter.Exchanged:
 		x := e.Exchange

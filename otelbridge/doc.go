@@ -7,7 +7,7 @@
 //
 //	b, err := otelbridge.New(otelbridge.Options{})   // global providers by default
 //	lim, err := limiter.New(cfg, limiter.WithObserver(b.Observe))
-//	err = b.Watch(lim)                               // the gauges read lim's snapshot
+//	b.Watch(lim)                                     // the gauges read lim's snapshot
 //	client := &http.Client{Transport: b.Transport(&lanehttp.Transport{Limiter: lim})}
 //
 // # Metrics
@@ -17,8 +17,11 @@
 //
 //	p_llm_inflight{lane}                       gauge
 //	p_llm_queue_depth{lane,priority}           gauge, all three priorities from lane creation
-//	p_llm_queue_wait_seconds{lane,priority}    histogram, buckets 0.1 0.5 1 5 15 30 60 120 300
+//	p_llm_queue_wait_seconds{lane,priority}    histogram, buckets 0.1 0.5 1 5 15 30 60 120 300:
+//	                                           every grant's wait (0 if immediate) and every
+//	                                           queue timeout's whole wait
 //	p_llm_queue_timeouts_total{lane}           counter
+//	p_llm_queue_cancellations_total{lane}      counter: waits ended by the caller (not in the histogram)
 //	p_llm_limit{lane}, p_llm_reserve{lane}     gauges: the configured limit and reserve in force
 //	p_llm_saturated{lane}                      gauge, 1 when queued > 0 has held for 60 s
 //	p_llm_oldest_wait_seconds{lane}            gauge

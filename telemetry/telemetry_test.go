@@ -96,9 +96,10 @@ func (s *stack) get(path string, header ...string) (int, string, http.Header) {
 // limit 2 with one reserved slot, queue timeout 20 s.
 //
 //	t=0   A (default) and I (interactive) get slots at once: waits 0 and 0
-//	t=0   B and D (bulk) queue: only the reserved slot could be free for them
-//	t=7   A and I release: B gets a slot after 7 s; D still may not take the reserve
-//	t=20  D times out; E (default) queues behind the reserve
+//	t=0   B and D (bulk) queue: both slots are held
+//	t=7   A and I release: B gets a slot after 7 s; D may not take the other, as
+//	      one non-interactive call (B) already holds all that the reserve leaves
+//	t=20  D times out after 20 s (a wait sample too); E (default) queues behind the cap
 func script(s *stack) (cleanup func()) {
 	a, i := s.take(limiter.Default), s.take(limiter.Interactive)
 	b := s.wait(limiter.Bulk)
@@ -131,20 +132,20 @@ P_llm_queue_depth{lane="https://gw/v1|protolabs/smart",priority="interactive"} 0
 # HELP P_llm_queue_timeouts_total Model calls that gave up waiting for a lane slot after the queue timeout.
 # TYPE P_llm_queue_timeouts_total counter
 P_llm_queue_timeouts_total{lane="https://gw/v1|protolabs/smart"} 1
-# HELP P_llm_queue_wait_seconds Time model calls waited for a lane slot, by lane and class; immediate grants count as 0.
+# HELP P_llm_queue_wait_seconds Time model calls waited for a lane slot, by lane and class, until a grant (immediate grants count as 0) or a queue timeout (the whole wait).
 # TYPE P_llm_queue_wait_seconds histogram
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="0.1"} 0
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="0.5"} 0
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="1"} 0
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="5"} 0
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="15"} 1
-P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="30"} 1
-P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="60"} 1
-P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="120"} 1
-P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="300"} 1
-P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="+Inf"} 1
-P_llm_queue_wait_seconds_sum{lane="https://gw/v1|protolabs/smart",priority="bulk"} 7
-P_llm_queue_wait_seconds_count{lane="https://gw/v1|protolabs/smart",priority="bulk"} 1
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="30"} 2
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="60"} 2
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="120"} 2
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="300"} 2
+P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="bulk",le="+Inf"} 2
+P_llm_queue_wait_seconds_sum{lane="https://gw/v1|protolabs/smart",priority="bulk"} 27
+P_llm_queue_wait_seconds_count{lane="https://gw/v1|protolabs/smart",priority="bulk"} 2
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="0.1"} 1
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="0.5"} 1
 P_llm_queue_wait_seconds_bucket{lane="https://gw/v1|protolabs/smart",priority="default",le="1"} 1

@@ -17,8 +17,9 @@ type exchange struct {
 	t      *Transport
 	clock  limiter.Clock
 	ctx    context.Context // the caller's
-	lane   string
-	cancel context.CancelFunc // cancels the upstream request
+	lane    string
+	attempt attempt            // for retry recognition
+	cancel  context.CancelFunc // cancels the upstream request
 	sent   time.Time
 	retry  bool
 	status int
@@ -127,6 +128,7 @@ func (x *exchange) finish(o limiter.Outcome) {
 	x.mu.Unlock()
 	x.cancel()
 	now := x.clock.Now()
+	x.attempt.end(now, o == limiter.OutcomeOK)
 	x.t.Limiter.RecordExchange(x.ctx, x.lane, limiter.Exchange{
 		Outcome:   o,
 		Status:    x.status,

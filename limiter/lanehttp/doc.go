@@ -24,18 +24,34 @@
 // which is the retry storm the lanes exist to stop. SDKs retry transport
 // errors unconditionally, so by default a queue timeout is answered with a
 // synthesized response that the official OpenAI and Anthropic SDKs do not
-// retry: status 503, header x-should-retry: false, and an OpenAI-style JSON
-// error whose code is "lane_queue_timeout", naming the lane, the wait, the
-// position and the settings to change. QueueTimeoutFrom recovers the
+// retry: status 503, header x-should-retry: false, a Retry-After header
+// (whole seconds: how long a new call of the same class would wait now, from
+// the lane's recent service rate), and an OpenAI-style JSON error whose code
+// is "lane_queue_timeout", naming the lane, the wait, the position and the
+// settings to change. QueueTimeoutFrom recovers the
 // *limiter.QueueTimeoutError from such a response (for openai-go, from
 // (*openai.Error).Response). With Transport.ReturnErrors set, RoundTrip
 // returns the typed errors instead, for direct http.Client users.
 //
+// # Retries keep their place
+//
 // Each attempt of an SDK's retry loop is a separate RoundTrip: it releases
 // its slot when the SDK closes the failed response, before the backoff, and
-// acquires again for the next attempt. Put limiter.WithArrival in the
-// request's context to let the retry keep the call's place in line and its
-// age.
+// acquires again for the next attempt. The retry keeps its call's place in
+// line and its age, with no code in the caller (ADR-0115 D5): the
+// Transport remembers, for Transport.RetryWindow (2 minutes by default)
+// after each attempt ends, the first arrival of every call that has not yet
+// succeeded, under a fingerprint of its lane, credentials (Authorization,
+// X-Api-Key, Api-Key), Idempotency-Key and body. An attempt with the
+// fingerprint of such a call, while no other attempt of it is in progress,
+// is its retry: it queues with that arrival and counts as a retry in the
+// lane's signals. The memory is bounded (10,000 calls), expires, keeps no
+// credential or body (only a seeded hash), and is never fed by the client:
+// a header such as X-Stainless-Retry-Count cannot move a call up, and
+// identical requests sent side by side are separate calls. A caller that
+// puts limiter.WithArrival in the request's context decides the arrival
+// itself. Streams that break before any content are reconnected the same
+// way by Reconnect.
 //
 // # Bad requests
 //

@@ -2,11 +2,13 @@ package lanehttp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
@@ -61,4 +63,45 @@ func ExampleQueueTimeoutFrom() {
 	qe, ok := lanehttp.QueueTimeoutFrom(res)
 	fmt.Println(res.StatusCode, res.Header.Get("X-Should-Retry"), ok, qe.Lane == lane, qe.Position)
 	// Output: 503 false true true 1
+}
+
+func ExampleReconnect() {
+	var attempts atomic.Int32
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		if attempts.Add(1) == 1 {
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // the first stream drops before any content
+		}
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer gateway.Close()
+
+	lim, _ := limiter.New(limiter.Config{MaxInflight: 4})
+	client := &http.Client{Transport: &lanehttp.Transport{Limiter: lim}}
+	rc := &lanehttp.Reconnect{Attempts: 3, Backoff: 10 * time.Millisecond}
+	res, err := rc.Do(context.Background(), func(ctx context.Context) (*http.Response, error) {
+		// Called once per attempt, with a context that keeps the call's
+		// first arrival, so a reconnect does not lose its place in line.
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"protolabs/smart","stream":true,"messages":[]}`))
+		return client.Do(req)
+	})
+	if errors.Is(err, limiter.ErrQueueTimeout) {
+		fmt.Println("the lane is saturated; not retried:", err)
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	stream, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	fmt.Print(string(stream))
+	fmt.Println("attempts:", attempts.Load())
+	// Output:
+	// data: {"choices":[{"delta":{"content":"hello"}}]}
+	//
+	// data: [DONE]
+	//
+	// attempts: 2
 }

@@ -38,16 +38,28 @@ type ErrorDetail struct {
 	Queued        int      `json:"queued,omitempty"`
 	MaxInflight   int      `json:"max_inflight,omitempty"`
 	QueueTimeoutS *float64 `json:"queue_timeout_s,omitempty"`
+	RetryAfterS   *float64 `json:"retry_after_s,omitempty"`
 }
 
 // QueueTimeoutBody returns the JSON error that answers a queue timeout.
 func QueueTimeoutBody(e *limiter.QueueTimeoutError) ErrorBody {
-	waited, timeout := round1(e.Waited.Seconds()), round1(e.QueueTimeout.Seconds())
+	waited, timeout, after := round1(e.Waited.Seconds()), round1(e.QueueTimeout.Seconds()), round1(e.RetryAfter.Seconds())
 	return ErrorBody{ErrorDetail{
 		Message: e.Error(), Type: "queue_timeout", Code: QueueTimeoutCode,
 		Lane: e.Lane, Priority: e.Priority.String(), WaitedS: &waited, Position: e.Position,
-		Queued: e.Queued, MaxInflight: e.Limit, QueueTimeoutS: &timeout,
+		Queued: e.Queued, MaxInflight: e.Limit, QueueTimeoutS: &timeout, RetryAfterS: &after,
 	}}
+}
+
+// QueueTimeoutResponse returns the synthesized answer to a queue timeout:
+// 503 with x-should-retry: false (the official SDKs do not retry it),
+// Retry-After in whole seconds (the estimate of e.RetryAfter, for a person
+// or a scheduler deciding when to send the work again), and the JSON error
+// of QueueTimeoutBody.
+func QueueTimeoutResponse(req *http.Request, e *limiter.QueueTimeoutError) *http.Response {
+	res := NewErrorResponse(req, http.StatusServiceUnavailable, QueueTimeoutBody(e))
+	res.Header.Set("Retry-After", strconv.FormatInt(int64(max(time.Second, e.RetryAfter)/time.Second), 10))
+	return res
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
@@ -57,7 +69,7 @@ func round1(v float64) float64 { return math.Round(v*10) / 10 }
 // SDKs do not retry it.
 func NewErrorResponse(req *http.Request, status int, body ErrorBody) *http.Response {
 	b, _ := json.Marshal(body)
-	h := make(http.Header, 3)
+	h := make(http.Header, 4)
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
@@ -111,6 +123,9 @@ func QueueTimeoutFrom(res *http.Response) (*limiter.QueueTimeoutError, bool) {
 	}
 	if d.QueueTimeoutS != nil {
 		e.QueueTimeout = time.Duration(*d.QueueTimeoutS * float64(time.Second))
+	}
+	if d.RetryAfterS != nil {
+		e.RetryAfter = time.Duration(*d.RetryAfterS * float64(time.Second))
 	}
 	return e, true
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/llmlanes/llmlanes/limiter"
 )
 
 // DefaultMaxBodyBytes is the largest model-call body a Transport reads when
@@ -37,17 +39,18 @@ func splitAPIPath(path string) (base string, ok bool) {
 }
 
 // BaseURL returns the resolved base URL of a model call: scheme, host and
-// the path before the API path, without user info or query
-// ("https://gw/v1" for "https://key@gw/v1/chat/completions?x=1").
+// the path before the API path, without user info or query, spelt as
+// limiter.BaseKey spells it ("https://gw/v1" for
+// "https://key@GW:443/v1/chat/completions?x=1").
 func BaseURL(req *http.Request) string {
-	base, _ := splitAPIPath(req.URL.Path)
-	return req.URL.Scheme + "://" + strings.ToLower(req.URL.Host) + base
+	base, _ := splitAPIPath(req.URL.EscapedPath())
+	return limiter.BaseKey(req.URL.Scheme, req.URL.Host, base)
 }
 
-// DefaultLane names the lane of a model call: BaseURL(req) + "|" + model.
+// DefaultLane names the lane of a model call: BaseURL(req) + "|" + model,
+// as limiter.LaneKey does.
 func DefaultLane(req *http.Request, model string) string {
-	base, _ := splitAPIPath(req.URL.Path)
-	return req.URL.Scheme + "://" + strings.ToLower(req.URL.Host) + base + "|" + model
+	return BaseURL(req) + "|" + model
 }
 
 // Errors of a model call's body, wrapped in a *RequestError.

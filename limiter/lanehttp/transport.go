@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
@@ -47,6 +48,29 @@ type Transport struct {
 	// a *RequestError instead of the synthesized 503, 400 or 413 response.
 	// Leave it false under an SDK that retries transport errors.
 	ReturnErrors bool
+
+	// RetryWindow is how long after an attempt of a model call ended an
+	// identical attempt counts as its retry and queues with the call's
+	// first arrival (see the package documentation); 0 means
+	// DefaultRetryWindow, and a negative value turns recognition off.
+	RetryWindow time.Duration
+
+	recallOnce sync.Once
+	recall     *recall
+}
+
+// recalls returns the transport's memory of recent calls, or nil when
+// retry recognition is off.
+func (t *Transport) recalls() *recall {
+	t.recallOnce.Do(func() {
+		switch {
+		case t.RetryWindow == 0:
+			t.recall = newRecall(DefaultRetryWindow)
+		case t.RetryWindow > 0:
+			t.recall = newRecall(t.RetryWindow)
+		}
+	})
+	return t.recall
 }
 
 // RoundTrip implements http.RoundTripper. For a model call it waits for a
@@ -90,24 +114,34 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		lane = t.Lane(req, model)
 	}
 
+	// A retry queues with its call's first arrival, unless the caller set
+	// the arrival itself.
 	ctx := req.Context()
+	var at attempt
+	if _, set := limiter.ArrivalFrom(ctx); !set {
+		if r := t.recalls(); r != nil {
+			at = r.begin(r.fingerprint(req, lane, body), t.Limiter.Clock().Now())
+			ctx = limiter.WithArrival(ctx, at.arrival)
+		}
+	}
 	slot, err := t.Limiter.Acquire(ctx, lane)
 	if err != nil {
+		at.end(t.Limiter.Clock().Now(), false)
 		var qe *limiter.QueueTimeoutError
 		if errors.As(err, &qe) && !t.ReturnErrors {
-			return NewErrorResponse(req, http.StatusServiceUnavailable, QueueTimeoutBody(qe)), nil
+			return QueueTimeoutResponse(req, qe), nil
 		}
 		return nil, err
 	}
-	return t.send(base, req, body, lane, slot)
+	return t.send(base, req, body, lane, slot, at)
 }
 
 // send makes the exchange of a model call whose slot is held. From here on
 // every path ends in exchange.finish, which releases the slot.
-func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot) (*http.Response, error) {
+func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot, at attempt) (*http.Response, error) {
 	clock := t.Limiter.Clock()
-	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, cancel: func() {}, sent: clock.Now()}
-	if v := req.Header.Get("X-Stainless-Retry-Count"); v != "" && v != "0" {
+	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now()}
+	if v := req.Header.Get("X-Stainless-Retry-Count"); at.retry || (v != "" && v != "0") {
 		x.retry = true
 	}
 	out := req

@@ -218,9 +218,19 @@ func TestQueueTimeoutNotRetriedByOpenAI(t *testing.T) {
 	if got := apiErr.Response.Header.Get("X-Should-Retry"); got != "false" {
 		t.Fatalf("x-should-retry %q", got)
 	}
+	// With no hold times known yet, come back after one queue timeout.
+	if got := apiErr.Response.Header.Get("Retry-After"); got != "300" {
+		t.Fatalf("retry-after %q, want 300", got)
+	}
 	qe, ok := lanehttp.QueueTimeoutFrom(apiErr.Response)
-	if !ok || qe.Lane != r.lane() || qe.Priority != limiter.Bulk || qe.Waited != limiter.DefaultQueueTimeout || qe.Position != 1 {
+	if !ok || qe.Lane != r.lane() || qe.Priority != limiter.Bulk || qe.Waited != limiter.DefaultQueueTimeout || qe.Position != 1 ||
+		qe.RetryAfter != limiter.DefaultQueueTimeout {
 		t.Fatalf("QueueTimeoutFrom = %+v, %v", qe, ok)
+	}
+	for _, s := range []string{r.lane(), "waiting 5m0s", "position 1", "raise max_inflight", "queue_timeout (now 5m0s)"} {
+		if !strings.Contains(apiErr.Message, s) {
+			t.Fatalf("message %q lacks %q", apiErr.Message, s)
+		}
 	}
 	if ids := r.gw.ids(); len(ids) != 0 {
 		t.Fatalf("the gateway saw %v", ids)

@@ -1,0 +1,78 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// ETA estimates, for each class, how long a call of that class arriving now
+// would wait for a slot. nil means no estimate: the lane has no recent hold
+// times to go by. It is an extra key of the snapshot ("eta_s"), beside the
+// D8 ones.
+type ETA struct {
+	Interactive *Seconds `json:"interactive"`
+	Default     *Seconds `json:"default"`
+	Bulk        *Seconds `json:"bulk"`
+}
+
+// maxETA bounds an estimate, so that a lane served very slowly gives a
+// large, finite figure.
+const maxETA = 24 * time.Hour
+
+// etaLocked estimates the wait of a newcomer of each class at now.
+//
+// A newcomer that would be granted at once waits 0. Otherwise it waits for
+// the calls served before it (the waiters whose effective class, aging
+// included, is as high or higher: they rank first or arrived earlier) and
+// then for one more slot to free: (ahead+1) / rate, where rate is the
+// lane's service rate for the slots the class may use (window.serviceRate).
+func (l *lane) etaLocked(cfg *Config, now time.Time) *ETA {
+	ahead := l.q.aheadOf(now)
+	var e ETA
+	for _, p := range []Priority{Interactive, Default, Bulk} {
+		var v *Seconds
+		if l.fitsLocked(cfg, p) {
+			z := Seconds(0)
+			v = &z
+		} else if d, ok := l.waitFor(cfg, p, ahead[p.index()]); ok {
+			s := max(0.1, seconds(d.Seconds())) // 0 only for a call granted at once
+			v = &s
+		}
+		switch p {
+		case Interactive:
+			e.Interactive = v
+		case Default:
+			e.Default = v
+		default:
+			e.Bulk = v
+		}
+	}
+	return &e
+}
+
+// waitFor estimates the wait of a call of class p with n calls ahead of it
+// and no slot it may take free now.
+func (l *lane) waitFor(cfg *Config, p Priority, n int) (time.Duration, bool) {
+	rate, ok := l.stats.serviceRate(max(1, capFor(cfg, p)))
+	if !ok {
+		return 0, false
+	}
+	d := float64(n+1) / rate
+	if d > maxETA.Seconds() || math.IsNaN(d) {
+		return maxETA, true
+	}
+	return time.Duration(d * float64(time.Second)), true
+}
+
+// retryAfterLocked suggests when a call of class p that just timed out in
+// the queue could come back: the estimated wait of a newcomer of its class
+// now, rounded up to whole seconds, at least 1 s; the queue timeout when there is no
+// estimate.
+func (l *lane) retryAfterLocked(cfg *Config, p Priority, now time.Time) time.Duration {
+	l.stats.advance(now)
+	d, ok := l.waitFor(cfg, p, l.q.aheadOf(now)[p.index()])
+	if !ok {
+		d = cfg.queueTimeout()
+	}
+	return max(time.Second, (d + time.Second - 1).Truncate(time.Second))
+}
