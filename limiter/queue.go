@@ -27,8 +27,8 @@ type waiter struct {
 	state    waiterState
 	waited   time.Duration
 	err      error
-	hold     *hold  // the slot, once granted
-	gen      uint64 // hold's generation at the grant
+	hold     *hold         // the slot, once granted
+	gen      uint64        // hold's generation at the grant
 	ready    chan struct{} // closed when state leaves waiting
 
 	index      int     // in its class heap

@@ -14,16 +14,16 @@ import (
 // until the body ends, guards it against stalls, and reports the exchange
 // to the limiter when it is over.
 type exchange struct {
-	t      *Transport
-	clock  limiter.Clock
-	ctx    context.Context // the caller's
+	t       *Transport
+	clock   limiter.Clock
+	ctx     context.Context // the caller's
 	lane    string
 	attempt attempt            // for retry recognition
 	cancel  context.CancelFunc // cancels the upstream request
-	sent   time.Time
-	retry  bool
-	status int
-	rc     io.ReadCloser
+	sent    time.Time
+	retry   bool
+	status  int
+	rc      io.ReadCloser
 
 	firstByte atomic.Int64 // ns from sent to the first body byte; 0 until then
 	lastRead  atomic.Int64 // ns from sent to the headers, then to the last read that returned data
