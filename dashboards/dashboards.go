@@ -143,9 +143,14 @@ func Detail(prefix string) (dashboard.Dashboard, error) {
 	d := base("LLM lane — detail", "llmlanes-lane-detail",
 		"One llmlanes lane: its state, the wait heatmap with exemplars linking to traces, waits and queue by class, and upstream health.", prefix, false).
 		WithPanel(stat.NewPanelBuilder().Title("State").Datasource(ds).Span(6).Height(5).
+			Description("The lane's classification, as the classification route and the alert rules see it: idle, healthy, local_queue or gateway_degraded.").
 			WithTarget(b.q(`max by (state) (P_llm_lane_state{SEL} == 1)`, "{{state}}")).
 			TextMode(common.BigValueTextModeName)).
-		WithPanel(series("In flight vs limit", "short", 18, 5,
+		WithPanel(stat.NewPanelBuilder().Title("Reasons").Datasource(ds).Span(6).Height(5).
+			Description("Every classification reason that holds. Gateway reasons (upstream_errors, retries) stay listed when the state is local_queue.").
+			WithTarget(b.q(`max by (reason) (P_llm_lane_reason{SEL} == 1)`, "{{reason}}")).
+			TextMode(common.BigValueTextModeName)).
+		WithPanel(series("In flight vs limit", "short", 12, 5,
 			b.q(`sum(P_llm_inflight{SEL})`, "in flight"), b.q(`max(P_llm_limit{SEL})`, "limit"), b.q(`max(P_llm_reserve{SEL})`, "reserved for interactive"))).
 		WithPanel(heatmap.NewPanelBuilder().Title("Queue wait").Datasource(ds).Span(24).Height(9).
 			Description("Waits for a slot; exemplars (dots) link to the call's trace when tracing is on.").

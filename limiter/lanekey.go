@@ -12,11 +12,16 @@ import (
 // alike. A baseURL that does not parse is used as it is, without a
 // trailing slash.
 func LaneKey(baseURL, model string) string {
+	return CanonicalBase(baseURL) + "|" + model
+}
+
+// CanonicalBase returns baseURL as lane keys spell it (see BaseKey).
+func CanonicalBase(baseURL string) string {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return strings.TrimRight(baseURL, "/") + "|" + model
+		return strings.TrimRight(baseURL, "/")
 	}
-	return BaseKey(u.Scheme, u.Host, u.EscapedPath()) + "|" + model
+	return BaseKey(u.Scheme, u.Host, u.EscapedPath())
 }
 
 // BaseKey returns the canonical spelling of a base URL from its parts: the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,14 +228,6 @@ func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
 	}
 }
 
-// splitLane returns the base URL and model of a lane key "<base>|<model>".
-func splitLane(lane string) (base, model string) {
-	if i := strings.LastIndexByte(lane, '|'); i >= 0 {
-		return lane[:i], lane[i+1:]
-	}
-	return lane, ""
-}
-
 // queueSpan records the queue wait that just ended as a child of the call
 // span in ctx, and returns ctx with it, so that the wait sample's exemplar
 // points at it.
@@ -246,7 +237,7 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 		return ctx
 	}
 	now := b.now()
-	_, model := splitLane(e.Lane)
+	_, model := limiter.SplitLaneKey(e.Lane)
 	call.SetName("chat " + model)
 	call.SetAttributes(attribute.String("gen_ai.request.model", model), attribute.String("llmlanes.lane", e.Lane),
 		attribute.String("llmlanes.priority", e.Priority.String()))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/otelbridge"
 )
@@ -41,8 +43,8 @@ type Options struct {
 	// llmlanes_llm_inflight; protoagent gives protoagent_llm_inflight.
 	Prefix string
 	// Thresholds tune classification; the zero value means
-	// DefaultThresholds.
-	Thresholds Thresholds
+	// classify.DefaultThresholds.
+	Thresholds classify.Thresholds
 	// TracerProvider receives the bridge's spans; nil means the global one.
 	TracerProvider trace.TracerProvider
 	// Registry receives the collectors; nil means a new one, with the Go
@@ -57,8 +59,39 @@ type Telemetry struct {
 	mp         *sdkmetric.MeterProvider
 	bridge     *otelbridge.Bridge
 	lim        atomic.Pointer[limiter.Limiter]
-	thresholds atomic.Pointer[Thresholds]
+	thresholds atomic.Pointer[classify.Thresholds]
 	sources    atomic.Pointer[func() []Source]
+	upstreams  atomic.Pointer[map[string]string] // name → base URL, spelt as limiter.BaseKey spells it
+}
+
+// SetUpstreams names the upstreams this process calls: name → base URL.
+// Classification then names each lane's upstream, answers lookups by
+// ?upstream=&model=, and reports a lane of a configured upstream that has
+// had no call as idle instead of unknown.
+func (t *Telemetry) SetUpstreams(ups map[string]string) {
+	m := make(map[string]string, len(ups))
+	for name, base := range ups {
+		m[name] = limiter.CanonicalBase(base)
+	}
+	t.upstreams.Store(&m)
+}
+
+func (t *Telemetry) upstreamList() map[string]string {
+	if m := t.upstreams.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// upstreamOf returns the name of the configured upstream that lane calls.
+func (t *Telemetry) upstreamOf(lane string) string {
+	base, _ := limiter.SplitLaneKey(lane)
+	for name, b := range t.upstreamList() {
+		if b == base {
+			return name
+		}
+	}
+	return ""
 }
 
 // Source is another process's snapshot (a lanes-exporter target), to be
@@ -92,8 +125,8 @@ func New(o Options) (*Telemetry, error) {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	th := o.Thresholds
-	if th == (Thresholds{}) {
-		th = DefaultThresholds()
+	if th == (classify.Thresholds{}) {
+		th = classify.DefaultThresholds()
 	}
 	if err := th.Validate(); err != nil {
 		return nil, fmt.Errorf("telemetry: classification thresholds: %w", err)
@@ -121,11 +154,18 @@ func New(o Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// registerState adds the lane-state gauge: 1 for each lane's current state,
-// 0 for the others.
+// registerState adds the lane-state gauges: for each lane, 1 for its
+// current state and 0 for the others, 1 for each reason that holds and 0
+// for the others (stable series, so dashboards and alert rules can use
+// them), and the hold text as an info series.
 func (t *Telemetry) registerState(m metric.Meter) error {
 	g, err := m.Int64ObservableGauge("llm.lane.state", metric.WithUnit(""),
-		metric.WithDescription("Lane classification: 1 for the lane's current state (healthy, local_queue, gateway_degraded), 0 for the others."))
+		metric.WithDescription("Lane classification: 1 for the lane's current state (idle, healthy, local_queue, gateway_degraded), 0 for the others."))
+	if err != nil {
+		return err
+	}
+	reason, err := m.Int64ObservableGauge("llm.lane.reason", metric.WithUnit(""),
+		metric.WithDescription("1 for each classification reason that holds for the lane (saturated, wait_p90, queue_timeouts, upstream_errors, retries), 0 for the others."))
 	if err != nil {
 		return err
 	}
@@ -142,19 +182,25 @@ func (t *Telemetry) registerState(m metric.Meter) error {
 			if c.Target != "" {
 				continue // targets' states are exported with their other series
 			}
-			for _, s := range States() {
-				v := int64(0)
-				if c.State == s {
-					v = 1
-				}
-				o.ObserveInt64(g, v, metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("state", string(s))))
+			for _, s := range classify.States() {
+				o.ObserveInt64(g, boolInt(c.State == s), metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("state", string(s))))
+			}
+			for _, r := range classify.Reasons() {
+				o.ObserveInt64(reason, boolInt(slices.Contains(c.Reasons, r)), metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("reason", r)))
 			}
 			o.ObserveInt64(hold, 1, metric.WithAttributes(attribute.String("lane", c.Lane),
 				attribute.String("state", string(c.State)), attribute.String("hold_text", c.HoldText)))
 		}
 		return nil
-	}, g, hold)
+	}, g, reason, hold)
 	return err
+}
+
+func boolInt(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // Observe is the limiter.Observer to pass to limiter.New.
@@ -173,7 +219,7 @@ func (t *Telemetry) Bridge() *otelbridge.Bridge { return t.bridge }
 func (t *Telemetry) Registry() *prometheus.Registry { return t.reg }
 
 // SetThresholds replaces the classification thresholds (hot reload).
-func (t *Telemetry) SetThresholds(th Thresholds) error {
+func (t *Telemetry) SetThresholds(th classify.Thresholds) error {
 	if err := th.Validate(); err != nil {
 		return err
 	}
@@ -195,17 +241,19 @@ func (t *Telemetry) Snapshot() limiter.Snapshot {
 
 // Classify classifies every lane of the snapshot, then every lane of the
 // sources' last snapshots.
-func (t *Telemetry) Classify() []Classification {
+func (t *Telemetry) Classify() []classify.Classification {
 	th := *t.thresholds.Load()
 	s := t.Snapshot()
-	out := make([]Classification, 0, len(s.Lanes))
+	out := make([]classify.Classification, 0, len(s.Lanes))
 	for _, l := range s.Lanes {
-		out = append(out, Classify(l, th))
+		c := classify.Lane(l, th)
+		c.Upstream = t.upstreamOf(l.Lane)
+		out = append(out, c)
 	}
 	for _, src := range t.sourceList() {
 		for _, l := range src.Snapshot.Lanes {
-			c := Classify(l, th)
-			c.Target = src.Name
+			c := classify.Lane(l, th)
+			c.Upstream, c.Target = t.upstreamOf(l.Lane), src.Name
 			out = append(out, c)
 		}
 	}
@@ -242,60 +290,61 @@ func (t *Telemetry) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, t.Snapshot())
 }
 
-// ClassificationReport is the classification route's answer for all lanes:
-// this process's, then its targets' (marked with "target").
-type ClassificationReport struct {
-	Enabled     bool             `json:"enabled"`
-	GeneratedAt time.Time        `json:"generated_at"`
-	Thresholds  ThresholdsJSON   `json:"thresholds"`
-	Lanes       []Classification `json:"lanes"`
-	Targets     []TargetStatus   `json:"targets,omitempty"`
-}
-
-// TargetStatus reports a source's last poll.
-type TargetStatus struct {
-	Name  string `json:"name"`
-	Up    bool   `json:"up"`
-	Error string `json:"error,omitempty"`
-}
-
-// ThresholdsJSON shows the thresholds in force, in seconds.
-type ThresholdsJSON struct {
-	WaitP90S       float64 `json:"wait_p90_s"`
-	UpstreamErrors int     `json:"upstream_errors"`
-	ErrorRatio     float64 `json:"error_ratio"`
-	Retries        int     `json:"retries"`
-}
-
+// serveClassification answers with every lane's classification, or one
+// lane's: by key (?lane=, with &target= for another process's lane) or by
+// configured upstream and model (?upstream=&model=). A lane of a configured
+// upstream that has had no call is idle, not unknown.
 func (t *Telemetry) serveClassification(w http.ResponseWriter, r *http.Request) {
 	s := t.Snapshot()
 	srcs := t.sourceList()
 	if !s.Enabled && len(srcs) == 0 {
-		writeJSON(w, http.StatusOK, limiter.Snapshot{})
+		writeJSON(w, http.StatusOK, classify.Report{Version: classify.Version})
 		return
 	}
 	th := *t.thresholds.Load()
-	all := t.Classify()
-	if lane := r.URL.Query().Get("lane"); lane != "" {
-		target := r.URL.Query().Get("target")
-		for _, c := range all {
-			if c.Lane == lane && c.Target == target {
-				writeJSON(w, http.StatusOK, c)
-				return
-			}
+	q := r.URL.Query()
+	lane, target := q.Get("lane"), q.Get("target")
+	if up, model := q.Get("upstream"), q.Get("model"); up != "" || model != "" {
+		base, ok := t.upstreamList()[up]
+		switch {
+		case lane != "":
+			writeJSON(w, http.StatusBadRequest, classify.ErrorBody{Version: classify.Version, Error: "give either lane, or upstream and model"})
+			return
+		case up == "" || model == "":
+			writeJSON(w, http.StatusBadRequest, classify.ErrorBody{Version: classify.Version, Error: "give both upstream and model"})
+			return
+		case !ok:
+			writeJSON(w, http.StatusNotFound, classify.ErrorBody{Version: classify.Version, Error: fmt.Sprintf("no upstream named %q is configured", up)})
+			return
 		}
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no lane %q (target %q)", lane, target)})
+		lane = base + "|" + model
+	}
+	if lane == "" {
+		rep := classify.Report{Version: classify.Version, Enabled: s.Enabled, GeneratedAt: s.GeneratedAt, Thresholds: th.JSON(), Lanes: t.Classify()}
+		if rep.GeneratedAt.IsZero() {
+			rep.GeneratedAt = time.Now().UTC().Truncate(time.Second)
+		}
+		for _, src := range srcs {
+			rep.Targets = append(rep.Targets, classify.TargetStatus{Name: src.Name, Up: src.Up, Error: src.Error})
+		}
+		writeJSON(w, http.StatusOK, rep)
 		return
 	}
-	rep := ClassificationReport{Enabled: s.Enabled, GeneratedAt: s.GeneratedAt, Lanes: all,
-		Thresholds: ThresholdsJSON{WaitP90S: th.WaitP90.Seconds(), UpstreamErrors: th.UpstreamErrors, ErrorRatio: th.ErrorRatio, Retries: th.Retries}}
-	if rep.GeneratedAt.IsZero() {
-		rep.GeneratedAt = time.Now().UTC().Truncate(time.Second)
+	for _, c := range t.Classify() {
+		if c.Lane == lane && c.Target == target {
+			writeJSON(w, http.StatusOK, c)
+			return
+		}
 	}
-	for _, src := range srcs {
-		rep.Targets = append(rep.Targets, TargetStatus{Name: src.Name, Up: src.Up, Error: src.Error})
+	// A lane of this process that calls a configured upstream but has had
+	// no call yet.
+	if name := t.upstreamOf(lane); name != "" && target == "" && s.Enabled {
+		c := classify.IdleLane(lane, t.lim.Load().Config().MaxInflight, th)
+		c.Upstream = name
+		writeJSON(w, http.StatusOK, c)
+		return
 	}
-	writeJSON(w, http.StatusOK, rep)
+	writeJSON(w, http.StatusNotFound, classify.ErrorBody{Version: classify.Version, Error: fmt.Sprintf("no lane %q (target %q)", lane, target)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

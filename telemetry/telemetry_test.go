@@ -3,10 +3,12 @@ package telemetry_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 	"github.com/llmlanes/llmlanes/telemetry"
@@ -213,10 +216,16 @@ func TestExtraSeries(t *testing.T) {
 		`llmlanes_llm_upstream_requests_total{lane="https://gw/v1|protolabs/smart",outcome="server_error"} 1`,
 		`llmlanes_llm_upstream_retries_total{lane="https://gw/v1|protolabs/smart"} 1`,
 		`llmlanes_llm_upstream_first_byte_seconds_bucket{lane="https://gw/v1|protolabs/smart",le="0.5"} 1`,
+		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="idle"} 0`,
 		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="healthy"} 0`,
 		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
 		`llmlanes_llm_lane_state{lane="https://gw/v1|protolabs/smart",state="gateway_degraded"} 0`,
-		`llmlanes_llm_lane_hold_info{hold_text="gate queue: 1 call waiting, p90 wait 6 s, 1 queue timeout in 5 min",lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
+		`llmlanes_llm_lane_reason{lane="https://gw/v1|protolabs/smart",reason="queue_timeouts"} 1`,
+		`llmlanes_llm_lane_reason{lane="https://gw/v1|protolabs/smart",reason="saturated"} 0`,
+		`llmlanes_llm_lane_reason{lane="https://gw/v1|protolabs/smart",reason="upstream_errors"} 0`,
+		`llmlanes_llm_queue_cancellations_total{lane="https://gw/v1|protolabs/smart"} 0`,
+		// Waits 0, 0, 7 and 20 (D's timeout): p90 16.1 s.
+		`llmlanes_llm_lane_hold_info{hold_text="gate queue: 1 call waiting, p90 wait 16 s, 1 queue timeout in 5 min",lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
 		"go_goroutines ", "process_cpu_seconds_total ",
 	} {
 		if !strings.Contains(body, want) {
@@ -286,12 +295,51 @@ func TestSnapshotRoute(t *testing.T) {
 
 func TestRoutesWhenOff(t *testing.T) {
 	s := newStack(t, limiter.DefaultConfig(), telemetry.Options{})
-	for _, path := range []string{"/api/telemetry/llm-lanes", "/api/telemetry/llm-lanes/classification"} {
+	for path, want := range map[string]string{
+		"/api/telemetry/llm-lanes":                                    `{"enabled":false}`,
+		"/api/telemetry/llm-lanes/classification":                     `{"version":1,"enabled":false}`,
+		"/api/telemetry/llm-lanes/classification?lane=" + lane:        `{"version":1,"enabled":false}`,
+		"/api/telemetry/llm-lanes/classification?upstream=gw&model=m": `{"version":1,"enabled":false}`,
+	} {
 		code, body, _ := s.get(path)
-		if code != 200 || strings.TrimSpace(body) != `{"enabled":false}` {
-			t.Fatalf("%s: %d %q", path, code, body)
+		if code != 200 || strings.TrimSpace(body) != want {
+			t.Fatalf("%s: %d %q, want %s", path, code, body, want)
 		}
 	}
+}
+
+// A lane whose every caller times out after 300 s reports p50 and p90 of
+// 300 s, and its waits land in the histogram's 300 s bucket.
+func TestTimedOutLaneNeverLooksFast(t *testing.T) {
+	s := newStack(t, limiter.Config{MaxInflight: 1}, telemetry.Options{}) // queue timeout 300 s
+	held := s.take(limiter.Default)
+	s.clock.Advance(20 * time.Second) // the holder's 0 s leaves the window before the timeouts do
+	var waiting []chan result
+	for range 4 {
+		waiting = append(waiting, s.wait(limiter.Bulk))
+	}
+	s.clock.Advance(300 * time.Second)
+	for _, w := range waiting {
+		if r := <-w; !errors.Is(r.err, limiter.ErrQueueTimeout) {
+			t.Fatalf("err %v, want a queue timeout", r.err)
+		}
+	}
+	_, snap, _ := s.get("/api/telemetry/llm-lanes")
+	if !strings.Contains(snap, `"wait_p50_s_5m":300.0,"wait_p90_s_5m":300.0,"queue_timeouts_5m":4`) {
+		t.Fatalf("snapshot %s", snap)
+	}
+	_, metrics, _ := s.get("/metrics")
+	for _, want := range []string{
+		`llmlanes_llm_queue_wait_seconds_bucket{lane="` + lane + `",priority="bulk",le="120"} 0`,
+		`llmlanes_llm_queue_wait_seconds_bucket{lane="` + lane + `",priority="bulk",le="300"} 4`,
+		`llmlanes_llm_queue_wait_seconds_sum{lane="` + lane + `",priority="bulk"} 1200`,
+		`llmlanes_llm_queue_timeouts_total{lane="` + lane + `"} 4`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	held.Release()
 }
 
 func TestRoutesAreReadOnly(t *testing.T) {
@@ -322,11 +370,11 @@ func TestSaturatedLaneThroughRoutes(t *testing.T) {
 	s.clock.Advance(90 * time.Second)
 
 	code, body, _ := s.get("/api/telemetry/llm-lanes/classification?lane=" + lane)
-	var c telemetry.Classification
+	var c classify.Classification
 	if err := json.Unmarshal([]byte(body), &c); code != 200 || err != nil {
 		t.Fatalf("%d %v %s", code, err, body)
 	}
-	if c.State != telemetry.LocalQueue || c.Reasons[0] != telemetry.ReasonSaturated || !c.LaneSaturated || c.LaneQueueDepth != 3 {
+	if c.State != classify.LocalQueue || c.Reasons[0] != classify.ReasonSaturated || !c.LaneSaturated || c.LaneQueueDepth != 3 {
 		t.Fatalf("classification %+v", c)
 	}
 	if c.HoldText != "gate queue: 3 calls waiting, p90 wait 0 s" {
@@ -362,3 +410,61 @@ func TestSaturatedLaneThroughRoutes(t *testing.T) {
 }
 
 var _ = io.EOF
+
+// Lookups by lane key and by configured upstream and model; the payload is
+// versioned, and a configured upstream's lane with no call yet is idle.
+func TestClassificationLookups(t *testing.T) {
+	s := newStack(t, limiter.Config{MaxInflight: 2, InteractiveReserve: 1}, telemetry.Options{})
+	s.tel.SetUpstreams(map[string]string{"gw": "HTTPS://GW:443/v1/", "other": "https://other.example/api"})
+	slot := s.take(limiter.Default)
+	defer slot.Release()
+	get := func(q string) (int, map[string]any) {
+		t.Helper()
+		code, body, _ := s.get("/api/telemetry/llm-lanes/classification" + q)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Fatalf("%s: %v: %s", q, err, body)
+		}
+		if m["version"] != 1.0 {
+			t.Fatalf("%s: no version 1: %s", q, body)
+		}
+		return code, m
+	}
+	for _, c := range []struct {
+		query, state, upstream string
+		code                   int
+	}{
+		{"?upstream=gw&model=protolabs/smart", "healthy", "gw", 200},
+		{"?lane=" + url.QueryEscape(lane), "healthy", "gw", 200},
+		{"?upstream=gw&model=protolabs/fast", "idle", "gw", 200}, // never called
+		{"?upstream=other&model=m", "idle", "other", 200},
+		{"?lane=" + url.QueryEscape("https://other.example/api|m"), "idle", "other", 200},
+		{"?upstream=nope&model=m", "", "", 404},
+		{"?lane=" + url.QueryEscape("https://unknown/v1|m"), "", "", 404},
+		{"?upstream=gw", "", "", 400},
+		{"?upstream=gw&model=m&lane=x", "", "", 400},
+	} {
+		code, m := get(c.query)
+		if code != c.code {
+			t.Fatalf("%s: %d, want %d (%v)", c.query, code, c.code, m)
+		}
+		if code != 200 {
+			if m["error"] == "" {
+				t.Fatalf("%s: no error message: %v", c.query, m)
+			}
+			continue
+		}
+		if m["state"] != c.state || m["upstream"] != c.upstream || m["hold_text"] == "" {
+			t.Fatalf("%s: %v, want state %s upstream %s", c.query, m, c.state, c.upstream)
+		}
+		for _, k := range []string{"lane", "model", "reasons", "lane_queue_depth", "lane_wait_p90_s", "lane_saturated", "eta_s", "counts"} {
+			if _, ok := m[k]; !ok {
+				t.Fatalf("%s: key %q missing: %v", c.query, k, m)
+			}
+		}
+	}
+	_, all := get("")
+	if all["enabled"] != true || len(all["lanes"].([]any)) != 1 {
+		t.Fatalf("report %v", all)
+	}
+}

@@ -24,8 +24,8 @@ func main() {
 	// No WithRequestTimeout: it would count the queue wait. The lane bounds the wait; the transport the exchange.
 	client := openai.NewClient(option.WithHTTPClient(&http.Client{Transport: lanes})) // base URL and key from the environment
 
+	// The SDK's retries keep this call's place in line: the transport knows them.
 	ctx := limiter.WithPriority(context.Background(), limiter.Interactive)
-	ctx = limiter.WithArrival(ctx, time.Now()) // SDK retries keep this call's place in line
 	reply, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model:    os.Getenv("MODEL"),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},

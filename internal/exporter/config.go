@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -183,8 +184,7 @@ func (c *Config) check() error {
 		if p.User != nil {
 			return keyErr(k+".base_url", "carries credentials: send them as the clients' Authorization header instead")
 		}
-		p.Host = strings.ToLower(p.Host) // as lanehttp writes lane keys
-		c.Upstreams[i].BaseURL = strings.TrimSuffix(p.String(), "/")
+		c.Upstreams[i].BaseURL = limiter.CanonicalBase(u.BaseURL) // as every lane key spells it
 		if u.Capacity < 0 {
 			return keyErr(k+".capacity", "is %d: want 0 (unknown) or more", u.Capacity)
 		}
@@ -241,8 +241,8 @@ func (c *Config) limiterConfig() limiter.Config {
 }
 
 // thresholds returns the classification thresholds, defaults applied.
-func (c *Config) thresholds() telemetry.Thresholds {
-	th := telemetry.DefaultThresholds()
+func (c *Config) thresholds() classify.Thresholds {
+	th := classify.DefaultThresholds()
 	if v := c.Classification.WaitP90; v != 0 {
 		th.WaitP90 = time.Duration(v)
 	}

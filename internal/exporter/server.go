@@ -126,9 +126,12 @@ func (s *Server) apply(cfg *Config) {
 	_ = s.lim.SetConfig(cfg.limiterConfig()) // checked already
 	_ = s.tel.SetThresholds(cfg.thresholds())
 	ups := make(map[string]*upstream, len(cfg.Upstreams))
+	bases := make(map[string]string, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
 		ups[u.Name] = s.newUpstream(u, cfg.Proxy)
+		bases[u.Name] = u.BaseURL
 	}
+	s.tel.SetUpstreams(bases)
 	s.ups.Store(&ups)
 	s.cfg.Store(cfg)
 	if old := s.polls.Swap(s.startTargets(cfg.Targets)); old != nil {
@@ -198,8 +201,10 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx = limiter.WithPriority(ctx, p)
 	}
-	// Each proxied request is one acquisition, arriving now: a client's
-	// retry is a new request and queues again.
+	// Each proxied request is one acquisition. A client's retry of a call
+	// seen in the last few minutes queues with that call's first arrival
+	// (lanehttp recognises it from its own memory, never from what the
+	// client claims).
 	u.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -8,12 +8,12 @@ import (
 	"io"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -144,9 +144,9 @@ func (s *Server) budgets() []Budget {
 		b := by[lane]
 		if b == nil {
 			b = &Budget{Lane: lane, Limits: map[string]int{}}
-			base, _, _ := strings.Cut(lane, "|")
+			base, _ := limiter.SplitLaneKey(lane)
 			for _, u := range cfg.Upstreams {
-				if u.BaseURL == strings.ToLower(strings.TrimSuffix(base, "/")) {
+				if u.BaseURL == limiter.CanonicalBase(base) {
 					b.Upstream, b.Capacity = u.Name, u.Capacity
 				}
 			}
@@ -238,8 +238,8 @@ func (c *targetCollector) Collect(ch chan<- prometheus.Metric) {
 				g(c.p90, float64(*l.WaitP90), src.Name, l.Lane)
 			}
 			g(c.timeouts, float64(l.QueueTimeouts5m), src.Name, l.Lane)
-			st := telemetry.Classify(l, th).State
-			for _, s := range telemetry.States() {
+			st := classify.Lane(l, th).State
+			for _, s := range classify.States() {
 				g(c.state, b01(s == st), src.Name, l.Lane, string(s))
 			}
 		}

@@ -1,0 +1,214 @@
+package classify
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// Version is the version of the JSON payload, its "version" key. It changes
+// only when a key changes meaning or goes away; new keys may appear within
+// a version.
+const Version = 1
+
+// State is a lane's classification.
+type State string
+
+const (
+	Idle            State = "idle"             // no call in 5 minutes
+	Healthy         State = "healthy"          // calls flow
+	LocalQueue      State = "local_queue"      // the process queues on purpose
+	GatewayDegraded State = "gateway_degraded" // the gateway is slow or failing
+)
+
+// States lists the states, for metrics.
+func States() []State { return []State{Idle, Healthy, LocalQueue, GatewayDegraded} }
+
+// Reasons, as they appear in Classification.Reasons.
+const (
+	ReasonSaturated      = "saturated"
+	ReasonWaitP90        = "wait_p90"
+	ReasonQueueTimeouts  = "queue_timeouts"
+	ReasonUpstreamErrors = "upstream_errors"
+	ReasonRetries        = "retries"
+)
+
+// Reasons lists every reason, local ones first, for metrics.
+func Reasons() []string {
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonUpstreamErrors, ReasonRetries}
+}
+
+// IsGatewayReason reports whether reason r points at the gateway rather
+// than at the local queue.
+func IsGatewayReason(r string) bool { return r == ReasonUpstreamErrors || r == ReasonRetries }
+
+// Thresholds tune Lane. DefaultThresholds documents the defaults.
+type Thresholds struct {
+	// WaitP90: a wait p90 (last 5 minutes) above this is a local queue.
+	WaitP90 time.Duration
+	// UpstreamErrors and ErrorRatio: this many upstream errors (429, 5xx,
+	// transport errors, stalls) in 5 minutes, making up at least this share
+	// of the exchanges, mean a degraded gateway.
+	UpstreamErrors int
+	ErrorRatio     float64
+	// Retries: this many SDK retries in 5 minutes mean a degraded gateway.
+	Retries int
+}
+
+// DefaultThresholds returns the defaults: p90 wait 30 s, 3 upstream errors
+// making up 5% of the exchanges, 3 retries.
+func DefaultThresholds() Thresholds {
+	return Thresholds{WaitP90: 30 * time.Second, UpstreamErrors: 3, ErrorRatio: 0.05, Retries: 3}
+}
+
+// Validate reports thresholds out of range.
+func (t Thresholds) Validate() error {
+	switch {
+	case t.WaitP90 <= 0:
+		return fmt.Errorf("wait_p90 is %s: want more than 0", t.WaitP90)
+	case t.UpstreamErrors < 1:
+		return fmt.Errorf("upstream_errors is %d: want 1 or more", t.UpstreamErrors)
+	case t.ErrorRatio < 0 || t.ErrorRatio > 1:
+		return fmt.Errorf("error_ratio is %g: want 0 to 1", t.ErrorRatio)
+	case t.Retries < 1:
+		return fmt.Errorf("retries is %d: want 1 or more", t.Retries)
+	}
+	return nil
+}
+
+// Classification is one lane's state, with the figures behind it.
+type Classification struct {
+	Version  int    `json:"version"`
+	Lane     string `json:"lane"`
+	Upstream string `json:"upstream,omitempty"` // the configured upstream's name, when the lane calls one
+	Model    string `json:"model"`
+	Target   string `json:"target,omitempty"` // the lanes-exporter target it came from; "" for this process
+	State    State  `json:"state"`
+	// Reasons lists every reason that holds, local ones first; never null.
+	Reasons        []string         `json:"reasons"`
+	LaneQueueDepth int              `json:"lane_queue_depth"`
+	LaneWaitP90S   *limiter.Seconds `json:"lane_wait_p90_s"`
+	LaneSaturated  bool             `json:"lane_saturated"`
+	// ETA estimates how long a new call of each class would wait now; its
+	// entries are null when the lane has no recent hold times to go by
+	// (or its snapshot, from another process, has no estimate).
+	ETA      limiter.ETA `json:"eta_s"`
+	Counts   Counts      `json:"counts"`
+	HoldText string      `json:"hold_text"`
+}
+
+// Counts are the figures behind the reasons, for the last 5 minutes where
+// the name says so.
+type Counts struct {
+	Inflight        int `json:"inflight"`
+	Limit           int `json:"limit"`
+	Queued          int `json:"queued"`
+	QueueTimeouts5m int `json:"queue_timeouts_5m"`
+	Exchanges5m     int `json:"exchanges_5m"`
+	UpstreamErrors  int `json:"upstream_errors_5m"`
+	RateLimited     int `json:"rate_limited_5m"`
+	ServerErrors    int `json:"server_errors_5m"`
+	TransportErrors int `json:"transport_errors_5m"`
+	Stalls          int `json:"stalls_5m"`
+	Retries         int `json:"retries_5m"`
+}
+
+// Lane classifies one lane from its snapshot.
+func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
+	_, model := limiter.SplitLaneKey(l.Lane)
+	c := Classification{
+		Version: Version, Lane: l.Lane, Model: model, State: Healthy, Reasons: []string{},
+		LaneQueueDepth: l.Queued, LaneWaitP90S: l.WaitP90, LaneSaturated: l.Saturated,
+		Counts: Counts{Inflight: l.Inflight, Limit: l.Limit, Queued: l.Queued, QueueTimeouts5m: l.QueueTimeouts5m},
+	}
+	if l.ETA != nil {
+		c.ETA = *l.ETA
+	}
+	if u := l.Upstream; u != nil {
+		c.Counts.Exchanges5m = u.OK + u.ClientErrors + u.RateLimited + u.ServerErrors + u.TransportErrors + u.Stalls + u.Canceled
+		c.Counts.RateLimited, c.Counts.ServerErrors = u.RateLimited, u.ServerErrors
+		c.Counts.TransportErrors, c.Counts.Stalls, c.Counts.Retries = u.TransportErrors, u.Stalls, u.Retries
+		c.Counts.UpstreamErrors = u.RateLimited + u.ServerErrors + u.TransportErrors + u.Stalls
+	}
+	local, gateway := false, false
+	if l.Saturated {
+		c.Reasons, local = append(c.Reasons, ReasonSaturated), true
+	}
+	if l.WaitP90 != nil && l.WaitP90.Duration() > th.WaitP90 {
+		c.Reasons, local = append(c.Reasons, ReasonWaitP90), true
+	}
+	if l.QueueTimeouts5m > 0 {
+		c.Reasons, local = append(c.Reasons, ReasonQueueTimeouts), true
+	}
+	n := c.Counts
+	if n.UpstreamErrors >= th.UpstreamErrors && float64(n.UpstreamErrors) >= th.ErrorRatio*float64(n.Exchanges5m) {
+		c.Reasons, gateway = append(c.Reasons, ReasonUpstreamErrors), true
+	}
+	if n.Retries >= th.Retries {
+		c.Reasons, gateway = append(c.Reasons, ReasonRetries), true
+	}
+	switch {
+	case local: // the queue is what callers wait on, whatever the gateway does
+		c.State = LocalQueue
+	case gateway:
+		c.State = GatewayDegraded
+	case l.Inflight == 0 && l.Queued == 0 && l.WaitP50 == nil && l.Upstream == nil:
+		c.State = Idle
+	}
+	c.HoldText = holdText(c, gateway)
+	return c
+}
+
+// IdleLane is the classification of a lane that has had no call: key
+// names it, limit is the limit it would have.
+func IdleLane(key string, limit int, th Thresholds) Classification {
+	return Lane(limiter.LaneSnapshot{Lane: key, Limit: limit}, th)
+}
+
+func holdText(c Classification, gateway bool) string {
+	n := c.Counts
+	switch c.State {
+	case Idle:
+		return "gate idle: no call in the last 5 min"
+	case Healthy:
+		return fmt.Sprintf("gate healthy: %d of %d slots in use, %d waiting", n.Inflight, n.Limit, c.LaneQueueDepth)
+	}
+	var failing []string
+	for _, p := range []struct {
+		n         int
+		one, many string
+	}{{n.RateLimited, "× 429", "× 429"}, {n.ServerErrors, "× 5xx", "× 5xx"}, {n.TransportErrors, "transport error", "transport errors"},
+		{n.Stalls, "stall", "stalls"}, {n.Retries, "retry", "retries"}} {
+		if p.n > 0 {
+			failing = append(failing, fmt.Sprintf("%d %s", p.n, plural(p.n, p.one, p.many)))
+		}
+	}
+	if c.State == GatewayDegraded {
+		return fmt.Sprintf("gateway degraded: %s in 5 min", strings.Join(failing, ", "))
+	}
+	text := fmt.Sprintf("gate queue: %d %s waiting, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), p90(c.LaneWaitP90S))
+	if n.QueueTimeouts5m > 0 {
+		text += fmt.Sprintf(", %d queue %s in 5 min", n.QueueTimeouts5m, plural(n.QueueTimeouts5m, "timeout", "timeouts"))
+	}
+	if gateway {
+		text += fmt.Sprintf("; gateway failing too: %s in 5 min", strings.Join(failing, ", "))
+	}
+	return text
+}
+
+func p90(s *limiter.Seconds) string {
+	if s == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%d s", int(math.Round(float64(*s))))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
