@@ -74,6 +74,7 @@ type model struct {
 	t       *rapid.T
 	h       *harness
 	holders *holderCount // the limiter's holders by class, from its events
+	lowered bool         // a reconfiguration may have left more holders than the new limits allow
 	cfg     limiter.Config
 	waiters []*mWaiter
 	held    []*mHeld
@@ -318,6 +319,7 @@ func (m *model) config(t *rapid.T) {
 	if err := m.h.lim.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
+	m.lowered = m.lowered || cfg.MaxInflight < m.cfg.MaxInflight || cfg.MaxInflight-cfg.Reserve() < m.cfg.MaxInflight-m.cfg.Reserve()
 	m.cfg = cfg
 	var got []string
 	for _, k := range []string{"L1", "L2"} {
@@ -365,8 +367,15 @@ func (m *model) check(t *rapid.T) {
 		}
 		// The limiter's holders by own class, as its Acquired and Released
 		// events tell them, are the model's.
-		if n := m.holders.get(l.Lane); n[0]+n[1]+n[2] != ml.inflight || n[1]+n[2] != ml.others {
+		n := m.holders.get(l.Lane)
+		if n[0]+n[1]+n[2] != ml.inflight || n[1]+n[2] != ml.others {
 			t.Fatalf("lane %s: holders by class %v (from events), model inflight %d non-interactive %d", l.Lane, n, ml.inflight, ml.others)
+		}
+		// Never more than MaxInflight - reserve non-interactive holders,
+		// nor more than MaxInflight in all, unless a lowered limit left
+		// them (held slots are never revoked).
+		if !m.lowered && (n[1]+n[2] > m.cfg.MaxInflight-m.cfg.Reserve() || n[0]+n[1]+n[2] > m.cfg.MaxInflight) {
+			t.Fatalf("lane %s: holders by class %v over limit %d reserve %d", l.Lane, n, m.cfg.MaxInflight, m.cfg.Reserve())
 		}
 		// No slot is left free while a waiter that may take it waits: the
 		// model's dispatch has just run, so a waiter left in a lane with a

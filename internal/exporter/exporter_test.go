@@ -232,6 +232,16 @@ func TestProxyQueueTimeoutWithOpenAI(t *testing.T) {
 		!strings.Contains(apiErr.Message, r.lane("protolabs/smart")) || apiErr.Response.Header.Get("X-Should-Retry") != "false" {
 		t.Fatalf("err %v", err2)
 	}
+	// Retry-After: with no hold time known yet, one queue timeout; the
+	// message names the wait, the position and the setting to change.
+	if got := apiErr.Response.Header.Get("Retry-After"); got != "300" {
+		t.Fatalf("Retry-After %q, want 300", got)
+	}
+	for _, s := range []string{"waiting 5m0s", "position 1 of 1", "raise max_inflight (now 1)", "queue_timeout"} {
+		if !strings.Contains(apiErr.Message, s) {
+			t.Fatalf("message %q lacks %q", apiErr.Message, s)
+		}
+	}
 	if n := r.hits.Load() - hitsBefore; n != 1 {
 		t.Fatalf("%d requests reached the proxy, want 1 (no retry)", n)
 	}
