@@ -77,7 +77,7 @@ Flags:
 		l, stopDemo = d.Listener, d.Stop
 		base := "http://" + l.Addr
 		fmt.Printf(`lanes-exporter demo: a simulated gateway (capacity 8) behind lanes of 4 slots (1 reserved for interactive),
-with chats, coder turns and review-panel bursts. Faults cycle every 100 s: normal for 40 s, then 429/5xx, then stalls.
+with chats, coder turns and review-panel bursts. Faults cycle every 100 s: normal for 20 s, then 429/5xx for 25 s, then stalls for 15 s.
 
   status page      %[1]s/
   snapshot (D8)    %[1]s/api/telemetry/llm-lanes

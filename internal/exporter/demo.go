@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -20,12 +19,15 @@ import (
 // and bulk review-panel bursts through the proxy. Its faults come and go in
 // a cycle so that every state shows up within a minute:
 //
-//	0-40 s    normal gateway; panel bursts queue up in the busy lane:
-//	          local_queue once its p90 wait passes 10 s (the demo's threshold);
-//	          the lightly used lane stays healthy
-//	40-65 s   429s and 5xx from the gateway: gateway_degraded
-//	65-80 s   stalls and resets: gateway_degraded
-//	80-100 s  normal again
+//	0-20 s    normal gateway; panel bursts queue up in the busy lane
+//	          (protolabs/smart): local_queue once its p90 wait passes 10 s
+//	          (the demo's threshold); the other lane (protolabs/fast, a call a
+//	          second, well under its limit) is healthy
+//	20-45 s   429s and 5xx from the gateway: the fast lane, not queueing,
+//	          turns gateway_degraded; the busy lane stays local_queue, with
+//	          the gateway's reasons listed
+//	45-60 s   stalls and resets
+//	60-100 s  normal again; the errors leave the 5-minute window in time
 type Demo struct {
 	Listener *Listener
 	Sim      *gatewaysim.Gateway
@@ -150,9 +152,9 @@ func (d *Demo) load(ctx context.Context, url string) {
 		base := d.Sim.Config()
 		base.RateLimited, base.ServerError, base.Stall, base.Reset = 0, 0, 0, 0
 		switch t := time.Since(start) % (100 * time.Second); {
-		case t >= 40*time.Second && t < 65*time.Second:
+		case t >= 20*time.Second && t < 45*time.Second:
 			base.RateLimited, base.ServerError = 0.2, 0.15
-		case t >= 65*time.Second && t < 80*time.Second:
+		case t >= 45*time.Second && t < 60*time.Second:
 			base.Stall, base.Reset = 0.1, 0.1
 		}
 		d.Sim.SetConfig(base)
@@ -164,9 +166,5 @@ func (d *Demo) load(ctx context.Context, url string) {
 			call("bulk", "protolabs/smart")
 		}
 	})
-	d.every(ctx, 4*time.Second, func(i int) { // a second model, lightly used
-		if rand.IntN(2) == 0 {
-			call("default", "protolabs/fast")
-		}
-	})
+	d.every(ctx, time.Second, func(int) { call("default", "protolabs/fast") }) // a second model, under its limit
 }
