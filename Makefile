@@ -29,7 +29,7 @@ tools:
 ## CI runs it after make test.
 e2e: tools
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus' ./internal/exporter
+	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus' ./internal/exporter ./internal/demo
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -69,12 +69,11 @@ Flags:
 		if addr == "" {
 			addr = exporter.DefaultListen
 		}
-		d, err := exporter.StartDemo(addr, log)
-		if err != nil {
+		var err error
+		if l, stopDemo, err = startDemo(addr, log); err != nil {
 			fmt.Fprintln(os.Stderr, "lanes-exporter:", err)
 			return 1
 		}
-		l, stopDemo = d.Listener, d.Stop
 		base := "http://" + l.Addr
 		fmt.Printf(`lanes-exporter demo: a simulated gateway (capacity 8) behind lanes of 4 slots (1 reserved for interactive),
 with chats, coder turns and review-panel bursts. Faults cycle every 100 s: normal for 20 s, then 429/5xx for 25 s, then stalls for 15 s.

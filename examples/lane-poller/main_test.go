@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/classify"
-	"github.com/llmlanes/llmlanes/internal/exporter"
+	"github.com/llmlanes/llmlanes/internal/demo"
 )
 
 // The poller runs against lanes-exporter --demo: one lane by upstream and
 // model (answered even before its first call), then every lane.
 func TestPollerAgainstDemo(t *testing.T) {
-	d, err := exporter.StartDemo("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := demo.Start("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package exporter
+// Package demo is lanes-exporter --demo: a simulated gateway on loopback,
+// the exporter in front of it, and a load that shows every surface. It is
+// linked into lanes-exporter unless it is built with the nodemo tag
+// (production builds: see the README).
+package demo
 
 import (
 	"bufio"
@@ -11,10 +15,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/exporter"
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 )
 
-// Demo is lanes-exporter --demo: a simulated gateway on loopback, the
+// Demo is a running demo: a simulated gateway on loopback, the
 // exporter in front of it, and a load of interactive chats, default turns
 // and bulk review-panel bursts through the proxy. Its faults come and go in
 // a cycle so that every state shows up within a minute:
@@ -29,7 +34,7 @@ import (
 //	45-60 s   stalls and resets
 //	60-100 s  normal again; the errors leave the 5-minute window in time
 type Demo struct {
-	Listener *Listener
+	Listener *exporter.Listener
 	Sim      *gatewaysim.Gateway
 	simSrv   *http.Server
 	stop     context.CancelFunc
@@ -37,23 +42,20 @@ type Demo struct {
 	client   *http.Client
 }
 
-// DemoConfig is the configuration the demo runs with, given the
-// simulator's base URL.
-func DemoConfig(simBase, listen string) *Config {
-	reserve := 1
-	return &Config{
-		Listen:    listen,
-		Limiter:   LimiterConfig{MaxInflight: 4, QueueTimeout: Duration(40 * time.Second), InteractiveReserve: &reserve},
-		Upstreams: []Upstream{{Name: "sim", BaseURL: simBase, Capacity: 8}},
-		Metrics:   MetricsConfig{Prefix: "llmlanes"},
-		Proxy:     ProxyConfig{ResponseHeaderTimeout: Duration(20 * time.Second), StallTimeout: Duration(5 * time.Second)},
-		// A low p90 threshold, so that the queue shows as local_queue early.
-		Classification: Classification{WaitP90: Duration(10 * time.Second)},
-	}
-}
+// config is the configuration the demo runs with, given the simulator's
+// base URL: lanes of 4 slots, one reserved, in front of a gateway of
+// capacity 8, and a low p90 threshold, so that the queue shows as
+// local_queue early.
+const config = `
+listen: %q
+limiter: {max_inflight: 4, queue_timeout: 40s, interactive_reserve: 1}
+upstreams: [{name: sim, base_url: %q, capacity: 8}]
+proxy: {response_header_timeout: 20s, stall_timeout: 5s}
+classification: {wait_p90: 10s}
+`
 
-// StartDemo starts the simulator, the exporter on listen, and the load.
-func StartDemo(listen string, log *slog.Logger) (*Demo, error) {
+// Start starts the simulator, the exporter on listen, and the load.
+func Start(listen string, log *slog.Logger) (*Demo, error) {
 	sim := gatewaysim.New(gatewaysim.Config{Capacity: 8, TokenTime: 50 * time.Millisecond, Tokens: 40,
 		FirstTokenDelay: 200 * time.Millisecond, PropagateDisconnect: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,15 +64,17 @@ func StartDemo(listen string, log *slog.Logger) (*Demo, error) {
 	}
 	d := &Demo{Sim: sim, simSrv: &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}}
 	go d.simSrv.Serve(ln)
-	cfg := DemoConfig("http://"+ln.Addr().String()+"/v1", listen)
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
-	srv, err := New(cfg, Options{Log: log})
+	cfg, err := exporter.ParseConfig("(demo)", []byte(fmt.Sprintf(config, listen, "http://"+ln.Addr().String()+"/v1")))
 	if err != nil {
+		d.simSrv.Close()
 		return nil, err
 	}
-	l, err := Start(srv, cfg.Listen)
+	srv, err := exporter.New(cfg, exporter.Options{Log: log})
+	if err != nil {
+		d.simSrv.Close()
+		return nil, err
+	}
+	l, err := exporter.Start(srv, cfg.Listen)
 	if err != nil {
 		d.simSrv.Close()
 		return nil, err
@@ -126,7 +130,7 @@ func (d *Demo) load(ctx context.Context, url string) {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer sk-demo")
-				req.Header.Set(PriorityHeader, priority)
+				req.Header.Set(exporter.PriorityHeader, priority)
 				req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(attempt))
 				res, err := client.Do(req)
 				if err != nil {

@@ -1,18 +1,34 @@
-package exporter
+package demo
 
 import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
 
 // The demo starts, drives calls through the proxy to the simulator, serves
 // every route, and stops cleanly.
 func TestDemo(t *testing.T) {
-	d, err := StartDemo("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := Start("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build e2e
 
-package exporter
+package demo
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestBrowserStatusPage(t *testing.T) {
 	if _, err := exec.LookPath(bin); err != nil {
 		t.Fatalf("%s not found: `make e2e` installs Debian's chromium (%v)", bin, err)
 	}
-	d, err := StartDemo("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := Start("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
