@@ -1,17 +1,22 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test e2e tools fmt-check vet bench
+.PHONY: demo test e2e fuzz tools fmt-check vet bench
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
 	$(GO) run ./cmd/lanes-exporter --demo
 
-## test: every test: gofmt check, go vet, go test -race, short fuzz runs
+## test: every test: gofmt check, go vet, go test -race (the fuzz targets' seed corpora
+## run as ordinary tests)
 test: tools fmt-check vet
 	$(GO) test -race -count=1 ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime 10s ./limiter/lanehttp
-	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime 10s ./internal/exporter
+
+## fuzz: coverage-guided fuzzing of each fuzz target for FUZZTIME (CI runs 10s each)
+FUZZTIME ?= 2m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/exporter
 
 NODE_SDK = internal/exporter/testdata/node-sdk
 

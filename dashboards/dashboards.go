@@ -26,8 +26,8 @@ var Prefixes = []string{"llmlanes", "protoagent"}
 
 var ds = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
 
-// q is a range query; its expression uses P for the prefix and SEL for the
-// instance and lane selector.
+// qb builds a dashboard's queries: in an expression, P_ stands for the
+// metric prefix and SEL for the instance and lane selector.
 type qb struct{ prefix, sel string }
 
 func (b qb) expr(e string) string {
@@ -197,8 +197,8 @@ func Substitute(expr string) string {
 		"$__rate_interval", "1m").Replace(expr)
 }
 
-// Exprs returns every Prometheus expression in a rendered dashboard,
-// variables included, for tests.
+// Exprs returns the Prometheus expression of every panel target in a
+// rendered dashboard, for tests.
 func Exprs(dashboardJSON []byte) ([]string, error) {
 	var d struct {
 		Panels []struct {

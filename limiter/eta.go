@@ -34,7 +34,7 @@ func (l *lane) etaLocked(cfg *Config, now time.Time) *ETA {
 		if l.fitsLocked(cfg, p) {
 			z := Seconds(0)
 			v = &z
-		} else if d, ok := l.waitFor(cfg, p, ahead[p.index()]); ok {
+		} else if d, ok := l.waitFor(cfg, p, ahead[p.Index()]); ok {
 			s := max(0.1, seconds(d.Seconds())) // 0 only for a call granted at once
 			v = &s
 		}
@@ -70,7 +70,7 @@ func (l *lane) waitFor(cfg *Config, p Priority, n int) (time.Duration, bool) {
 // estimate.
 func (l *lane) retryAfterLocked(cfg *Config, p Priority, now time.Time) time.Duration {
 	l.stats.advance(now)
-	d, ok := l.waitFor(cfg, p, l.q.aheadOf(now)[p.index()])
+	d, ok := l.waitFor(cfg, p, l.q.aheadOf(now)[p.Index()])
 	if !ok {
 		d = cfg.queueTimeout()
 	}

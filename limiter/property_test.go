@@ -112,7 +112,7 @@ func (c *holderCount) observe(_ context.Context, e limiter.Event) {
 	if c.n[e.Lane] == nil {
 		c.n[e.Lane] = new([3]int)
 	}
-	c.n[e.Lane][int(e.Priority-limiter.Interactive)] += d
+	c.n[e.Lane][e.Priority.Index()] += d
 }
 
 func (c *holderCount) get(lane string) [3]int {

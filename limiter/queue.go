@@ -111,7 +111,7 @@ type queue struct {
 }
 
 func (q *queue) push(w *waiter) {
-	heap.Push(&q.classes[w.prio.index()], w)
+	heap.Push(&q.classes[w.prio.Index()], w)
 	w.prev = q.new
 	if q.new != nil {
 		q.new.next = w
@@ -123,7 +123,7 @@ func (q *queue) push(w *waiter) {
 }
 
 func (q *queue) remove(w *waiter) {
-	heap.Remove(&q.classes[w.prio.index()], w.index)
+	heap.Remove(&q.classes[w.prio.Index()], w.index)
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -170,7 +170,7 @@ func (q *queue) aheadOf(now time.Time) [3]int {
 	var by [3]int
 	for i := range q.classes {
 		for _, e := range q.classes[i] {
-			by[e.w.rank(now).index()]++
+			by[e.w.rank(now).Index()]++
 		}
 	}
 	return [3]int{by[0], by[0] + by[1], by[0] + by[1] + by[2]}
@@ -180,7 +180,7 @@ func (q *queue) aheadOf(now time.Time) [3]int {
 // been pushed, aging not counted: the waiters of class p or a higher class.
 func (q *queue) placeOf(p Priority) int {
 	n := 0
-	for i := 0; i <= p.index(); i++ {
+	for i := 0; i <= p.Index(); i++ {
 		n += len(q.classes[i])
 	}
 	return n

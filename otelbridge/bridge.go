@@ -20,7 +20,7 @@ import (
 // ScopeName is the instrumentation scope of the bridge's meter and tracer.
 const ScopeName = "github.com/llmlanes/llmlanes/otelbridge"
 
-// WaitBuckets are the queue-wait histogram's bucket bounds, in seconds (D8).
+// waitBuckets are the queue-wait histogram's bucket bounds, in seconds (D8).
 var waitBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300}
 
 // firstByteBuckets are the upstream time-to-first-byte bucket bounds.
@@ -112,9 +112,9 @@ func New(o Options) (*Bridge, error) {
 			o.ObserveInt64(saturated, boolInt(l.Saturated), lo.laneObs...)
 			o.ObserveFloat64(oldest, float64(l.OldestWait), lo.laneObs...)
 			q := l.QueuedByPriority
-			o.ObserveInt64(depth, int64(q.Interactive), lo.classObs[classIndex(limiter.Interactive)]...)
-			o.ObserveInt64(depth, int64(q.Default), lo.classObs[classIndex(limiter.Default)]...)
-			o.ObserveInt64(depth, int64(q.Bulk), lo.classObs[classIndex(limiter.Bulk)]...)
+			o.ObserveInt64(depth, int64(q.Interactive), lo.classObs[limiter.Interactive.Index()]...)
+			o.ObserveInt64(depth, int64(q.Default), lo.classObs[limiter.Default.Index()]...)
+			o.ObserveInt64(depth, int64(q.Bulk), lo.classObs[limiter.Bulk.Index()]...)
 		}
 		return nil
 	}, inflight, depth, limit, reserve, saturated, oldest)
@@ -175,8 +175,7 @@ func (b *Bridge) opts(lane string) *laneOpts {
 	o.lane, o.laneRec, o.laneObs = []metric.AddOption{l}, []metric.RecordOption{l}, []metric.ObserveOption{l}
 	for _, p := range []limiter.Priority{limiter.Interactive, limiter.Default, limiter.Bulk} {
 		c := metric.WithAttributeSet(attribute.NewSet(attribute.String("lane", lane), attribute.String("priority", p.String())))
-		i := int(p - limiter.Interactive)
-		o.class[i], o.classObs[i] = []metric.RecordOption{c}, []metric.ObserveOption{c}
+		o.class[p.Index()], o.classObs[p.Index()] = []metric.RecordOption{c}, []metric.ObserveOption{c}
 	}
 	for _, oc := range limiter.Outcomes() {
 		o.outcome[oc] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("lane", lane), attribute.String("outcome", oc.String())))}
@@ -184,8 +183,6 @@ func (b *Bridge) opts(lane string) *laneOpts {
 	b.lanes[lane] = o
 	return o
 }
-
-func classIndex(p limiter.Priority) int { return int(p - limiter.Interactive) }
 
 // Observe is a limiter.Observer: pass it to limiter.New with
 // limiter.WithObserver.
@@ -207,10 +204,10 @@ func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
 		ctx = b.queueSpan(ctx, e)
 		switch e.Kind {
 		case limiter.Acquired:
-			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[classIndex(e.Priority)]...)
+			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[e.Priority.Index()]...)
 		case limiter.TimedOut:
 			// A lane that times its callers out must not look fast.
-			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[classIndex(e.Priority)]...)
+			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[e.Priority.Index()]...)
 			b.timeouts.Add(ctx, 1, lo.lane...)
 		case limiter.Canceled:
 			b.canceled.Add(ctx, 1, lo.lane...)

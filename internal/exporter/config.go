@@ -227,7 +227,7 @@ func (c *Config) check() error {
 	return nil
 }
 
-// LimiterConfig returns the limiter settings, defaults applied.
+// limiterConfig returns the limiter settings, defaults applied.
 func (c *Config) limiterConfig() limiter.Config {
 	lc := limiter.DefaultConfig()
 	lc.MaxInflight = c.Limiter.MaxInflight
