@@ -31,16 +31,40 @@ type Config struct {
 	// lengthen it.
 	QueueTimeout time.Duration
 
-	// InteractiveReserve is the number of slots that only calls whose own
-	// class is Interactive may take. It is clamped to MaxInflight-1 (and
-	// never below 0), so other work always has at least one slot.
+	// InteractiveReserve is counted against non-interactive holders: calls
+	// whose own class is not Interactive may hold at most MaxInflight minus
+	// this many slots at once; Interactive calls may take any free slot. It
+	// is clamped to MaxInflight-1 (and never below 0), so other work always
+	// has at least one slot.
 	InteractiveReserve int
+
+	// MaxLanes bounds how many lanes the limiter keeps at once: an
+	// acquisition that would create one more fails with a *LaneLimitError
+	// (errors.Is ErrLaneLimit). Lane keys often carry a client's choice (a
+	// model name), and every lane costs memory and metric series. 0 means
+	// no bound.
+	MaxLanes int
+
+	// LaneIdleTTL is how long a lane with no call in flight, none queued
+	// and no activity is kept before it is forgotten, with its statistics
+	// (observers see an Evicted event, so metrics can drop its series). A
+	// lane is evicted between LaneIdleTTL and LaneIdleTTL plus a minute
+	// (plus LaneIdleTTL, when that is under a minute) after its last
+	// activity; a later call simply creates it again. 0 keeps lanes as
+	// long as the limiter.
+	LaneIdleTTL time.Duration
 }
 
+// Defaults of DefaultConfig.
+const (
+	DefaultMaxLanes    = 1000
+	DefaultLaneIdleTTL = time.Hour
+)
+
 // DefaultConfig returns the documented defaults: MaxInflight 0 (off),
-// QueueTimeout 300 s, InteractiveReserve 1.
+// QueueTimeout 300 s, InteractiveReserve 1, MaxLanes 1000, LaneIdleTTL 1 h.
 func DefaultConfig() Config {
-	return Config{QueueTimeout: DefaultQueueTimeout, InteractiveReserve: 1}
+	return Config{QueueTimeout: DefaultQueueTimeout, InteractiveReserve: 1, MaxLanes: DefaultMaxLanes, LaneIdleTTL: DefaultLaneIdleTTL}
 }
 
 // Validate reports every setting that is out of range.
@@ -55,6 +79,12 @@ func (c Config) Validate() error {
 	if c.InteractiveReserve < 0 {
 		errs = append(errs, fmt.Errorf("limiter: interactive_reserve is %d: want 0 or more", c.InteractiveReserve))
 	}
+	if c.MaxLanes < 0 {
+		errs = append(errs, fmt.Errorf("limiter: max_lanes is %d: want 0 (no bound) or more", c.MaxLanes))
+	}
+	if c.LaneIdleTTL < 0 {
+		errs = append(errs, fmt.Errorf("limiter: lane_idle_ttl is %s: want 0 (keep lanes) or more", c.LaneIdleTTL))
+	}
 	return errors.Join(errs...)
 }
 
@@ -63,6 +93,9 @@ func (c Config) Validate() error {
 func (c Config) Reserve() int {
 	return max(0, min(c.InteractiveReserve, c.MaxInflight-1))
 }
+
+// sweepEvery is how often lanes are checked for idleness.
+func (c Config) sweepEvery() time.Duration { return min(c.LaneIdleTTL, time.Minute) }
 
 func (c Config) queueTimeout() time.Duration {
 	if c.QueueTimeout == 0 {

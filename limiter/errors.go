@@ -38,3 +38,27 @@ func (e *QueueTimeoutError) Is(target error) bool { return target == ErrQueueTim
 
 // Timeout reports true, as net.Error does for timeouts.
 func (e *QueueTimeoutError) Timeout() bool { return true }
+
+// ErrLaneLimit is matched (errors.Is) by every *LaneLimitError.
+var ErrLaneLimit = errors.New("limiter: lane limit reached")
+
+// LaneLimitError is returned by Acquire when the call's lane does not exist
+// and Config.MaxLanes lanes already do. Existing lanes keep working; a new
+// one can be made once an idle lane has been evicted (Config.LaneIdleTTL).
+type LaneLimitError struct {
+	Lane     string        // the lane that could not be made
+	MaxLanes int           // Config.MaxLanes in force
+	IdleTTL  time.Duration // Config.LaneIdleTTL in force
+}
+
+func (e *LaneLimitError) Error() string {
+	return fmt.Sprintf("limiter: lane %q: %d lanes exist already (max_lanes); idle lanes are forgotten after lane_idle_ttl (now %s)",
+		e.Lane, e.MaxLanes, e.IdleTTL)
+}
+
+// Is reports whether target is ErrLaneLimit.
+func (e *LaneLimitError) Is(target error) bool { return target == ErrLaneLimit }
+
+// ErrShuttingDown is returned by Acquire once Shutdown has begun, to new
+// calls and to every call that was waiting: none of them will be granted.
+var ErrShuttingDown = errors.New("limiter: shutting down")

@@ -23,6 +23,13 @@ const (
 	TimedOut
 	// Exchanged: an exchange with the upstream ended (see RecordExchange).
 	Exchanged
+	// Refused: the limiter is shutting down (see Shutdown): the call left
+	// the queue, or never joined it, without a slot. Wait is how long it
+	// had waited.
+	Refused
+	// Evicted: the lane was idle for Config.LaneIdleTTL and is forgotten,
+	// with its statistics; only Lane is set.
+	Evicted
 )
 
 func (k EventKind) String() string {
@@ -39,6 +46,10 @@ func (k EventKind) String() string {
 		return "timed_out"
 	case Exchanged:
 		return "exchanged"
+	case Refused:
+		return "refused"
+	case Evicted:
+		return "evicted"
 	}
 	return "unknown"
 }
@@ -48,7 +59,8 @@ type Event struct {
 	Kind     EventKind
 	Lane     string
 	Priority Priority // the call's own class (aging not applied)
-	// Wait is how long the acquisition waited (Acquired, Canceled, TimedOut).
+	// Wait is how long the acquisition waited (Acquired, Canceled,
+	// TimedOut, Refused).
 	Wait time.Duration
 	// Position is the call's 1-based place in line: for Enqueued (and the
 	// Acquired or Canceled that follows it), the waiters of the same or a
@@ -62,8 +74,9 @@ type Event struct {
 
 // An Observer is told about every event of every lane of a limiter that is
 // on. It is called synchronously on the goroutine of the call the event
-// belongs to (for Released, the one that released), never while a lane lock
-// is held, with the call's context (context.Background for Released). So a
+// belongs to (for Released, the one that released; for Evicted, the
+// limiter's sweep), never while a lane lock is held, with the call's context
+// (context.Background for Released and Evicted). So a
 // slow observer delays only that one call, never the lane or other callers;
 // a panicking observer is recovered and logged, and the call goes on.
 // Observers must be safe for concurrent use. Events of different calls may

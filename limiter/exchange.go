@@ -92,21 +92,27 @@ type UpstreamCounts struct {
 }
 
 // RecordExchange reports how an exchange in lane key ended. With the
-// limiter on, the lane (if it exists) counts it in its 5-minute window,
-// shown as the snapshot's extra key "upstream_5m"; observers are told in
-// any case, with an Exchanged event. It never creates a lane.
+// limiter on and the lane existing, the lane counts it in its 5-minute
+// window, shown as the snapshot's extra key "upstream_5m", and observers are
+// told with an Exchanged event. It never creates a lane, so what it records
+// stays within Config.MaxLanes.
 func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 	if x.Outcome >= numOutcomes {
 		x.Outcome = OutcomeTransportError
 	}
-	if l.cfg.Load().MaxInflight > 0 {
-		if v, ok := l.lanes.Load(key); ok {
-			ln := v.(*lane)
-			ln.mu.Lock()
-			ln.stats.recordExchange(l.clock.Now(), x)
-			ln.mu.Unlock()
-		}
+	if l.cfg.Load().MaxInflight == 0 {
+		return
 	}
+	v, ok := l.lanes.Load(key)
+	if !ok {
+		return
+	}
+	ln := v.(*lane)
+	ln.mu.Lock()
+	now := l.clock.Now()
+	ln.stats.recordExchange(now, x)
+	ln.touchLocked(now)
+	ln.mu.Unlock()
 	if len(l.observers) > 0 {
 		l.emit(ctx, Event{Kind: Exchanged, Lane: key, Priority: PriorityFrom(ctx), Exchange: x})
 	}

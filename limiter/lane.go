@@ -26,6 +26,13 @@ type lane struct {
 	since  time.Time // when the queue last became non-empty: saturation
 	busyAt time.Time // while the queue is non-empty: busy time counted up to here
 	stats  window
+	// touched is the stats step of the lane's last activity (a grant, a
+	// release, a wait ending, an exchange), for idle eviction; reading the
+	// snapshot is not activity.
+	touched int64
+	// evicted is set when the lane is forgotten; a call that found it just
+	// before looks it up again.
+	evicted bool
 	// fresh is true while stats.cur is known to be the current step, so an
 	// immediate grant can count itself there without reading the clock. A
 	// timer on the limiter's clock clears it at the step's end. It pays for
@@ -46,7 +53,33 @@ type hold struct {
 }
 
 func newLane(lim *Limiter, key string) *lane {
-	return &lane{lim: lim, key: key, stats: window{origin: lim.origin}}
+	l := &lane{lim: lim, key: key, stats: window{origin: lim.origin}}
+	l.touchLocked(lim.clock.Now())
+	return l
+}
+
+// touchLocked notes activity at now.
+func (l *lane) touchLocked(now time.Time) { l.touched = max(l.touched, l.stats.stepOf(now)) }
+
+// idleLocked reports whether the lane has had nothing in flight, nothing
+// queued and no activity for ttl at now. Activity is known to the step
+// (10 s), so the idle time counts from the end of the last active step.
+func (l *lane) idleLocked(now time.Time, ttl time.Duration) bool {
+	if l.inflight > 0 || l.q.n > 0 {
+		return false
+	}
+	last := l.stats.origin.Add(time.Duration(l.touched+1) * windowStep)
+	return now.Sub(last) >= ttl
+}
+
+// refuseAllLocked ends every wait with ErrShuttingDown.
+func (l *lane) refuseAllLocked(now time.Time) {
+	for l.q.n > 0 {
+		w := l.q.oldest
+		l.dequeueLocked(w, now)
+		w.state, w.waited, w.err = refused, now.Sub(w.enqueued), ErrShuttingDown
+		close(w.ready)
+	}
 }
 
 // capFor returns how many slots calls of own class p may hold at once:
@@ -94,7 +127,10 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 // dispatchLocked grants slots to waiters while any may have one.
 func (l *lane) dispatchLocked(now time.Time) {
 	cfg := l.lim.cfg.Load()
-	for l.q.n > 0 {
+	if l.q.n > 0 {
+		l.touchLocked(now)
+	}
+	for l.q.n > 0 && !l.lim.closed.Load() {
 		w := l.nextLocked(cfg, now)
 		if w == nil {
 			return
@@ -155,14 +191,21 @@ func (l *lane) creditBusyLocked(now time.Time) {
 // and counts its zero wait.
 func (l *lane) grantNowLocked(p Priority) *hold {
 	h := l.takeLocked(p)
+	l.freshenLocked()
+	l.stats.recordZero()
+	l.touched = l.stats.cur
+	return h
+}
+
+// freshenLocked makes sure stats.cur is the current step, reading the clock
+// only when the step may have ended since it last did.
+func (l *lane) freshenLocked() {
 	if !l.fresh {
 		now := l.lim.clock.Now()
 		l.stats.advance(now)
 		l.fresh = true
 		l.lim.clock.AfterFunc(l.stats.nextBoundary().Sub(now), l.stepEnded)
 	}
-	l.stats.recordZero()
-	return h
 }
 
 func (l *lane) stepEnded() {
@@ -184,6 +227,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		w.arrival = a
 	}
 	w.at = int64(w.arrival.Sub(lim.origin))
+	l.touchLocked(now)
 	l.enqueueLocked(w)
 	w.place = l.q.placeOf(p)
 	// A newcomer can be served at once: an interactive call may take a
@@ -207,6 +251,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		l.mu.Lock()
 		if w.state == waiting {
 			now := lim.clock.Now()
+			l.touchLocked(now)
 			l.dequeueLocked(w, now)
 			w.state = canceled
 			w.waited = now.Sub(w.enqueued)
@@ -229,6 +274,10 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		return s, nil
 	case timedOut:
 		e.Kind, e.Position = TimedOut, w.err.(*QueueTimeoutError).Position
+		lim.emit(ctx, e)
+		return Slot{}, w.err
+	case refused:
+		e.Kind = Refused
 		lim.emit(ctx, e)
 		return Slot{}, w.err
 	default:
@@ -259,6 +308,7 @@ func (l *lane) expire(w *waiter) {
 		QueueTimeout: cfg.queueTimeout(),
 	}
 	l.creditBusyLocked(now)
+	l.touchLocked(now)
 	l.dequeueLocked(w, now)
 	l.stats.recordTimeout(now, e.Waited)
 	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now)
@@ -284,6 +334,9 @@ func (l *lane) release(h *hold, gen uint64) {
 	l.free = append(l.free, h)
 	if l.q.n > 0 {
 		l.dispatchLocked(l.lim.clock.Now())
+	} else {
+		l.freshenLocked()
+		l.touched = l.stats.cur
 	}
 	l.mu.Unlock()
 	l.lim.emit(context.Background(), Event{Kind: Released, Lane: l.key, Priority: p})

@@ -18,7 +18,15 @@ type Limiter struct {
 	origin    time.Time
 	observers []Observer
 	log       *slog.Logger
-	lanes     sync.Map // lane key → *lane; lanes live as long as the limiter
+	lanes     sync.Map    // lane key → *lane
+	closed    atomic.Bool // Shutdown has begun
+
+	// mu guards the lanes' membership: creating and evicting a lane, and
+	// the count that Config.MaxLanes bounds. Lookups of existing lanes
+	// (every call) go through the sync.Map without it.
+	mu     sync.Mutex
+	nlanes int
+	sweep  Timer // the next idle-lane sweep, while there are lanes to sweep
 }
 
 // Option configures New.
@@ -85,6 +93,11 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		ln.mu.Unlock()
 		return true
 	})
+	l.mu.Lock()
+	if l.sweep == nil && l.nlanes > 0 && cfg.LaneIdleTTL > 0 && !l.closed.Load() {
+		l.sweep = l.clock.AfterFunc(cfg.sweepEvery(), l.sweepIdle)
+	}
+	l.mu.Unlock()
 	return nil
 }
 
@@ -113,8 +126,26 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		return Slot{}, err
 	}
 	p := PriorityFrom(ctx)
-	ln := l.lane(key)
-	ln.mu.Lock()
+	var ln *lane
+	for {
+		var err error
+		if ln, err = l.lane(key, cfg); err != nil {
+			return Slot{}, err
+		}
+		ln.mu.Lock()
+		if !ln.evicted {
+			break
+		}
+		ln.mu.Unlock() // evicted between the lookup and the lock: make it again
+	}
+	// Checked under the lane's lock, which Shutdown takes after setting
+	// closed: a call either sees closed here, or is in the queue when
+	// Shutdown empties it.
+	if l.closed.Load() {
+		ln.mu.Unlock()
+		l.emit(ctx, Event{Kind: Refused, Lane: key, Priority: p})
+		return Slot{}, ErrShuttingDown
+	}
 	cfg = l.cfg.Load() // decide under the lock with the settings in force now
 	if ln.q.n == 0 && ln.fitsLocked(cfg, p) {
 		h := ln.grantNowLocked(p)
@@ -128,12 +159,86 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	return ln.waitLocked(ctx, cfg, p)
 }
 
-func (l *Limiter) lane(key string) *lane {
+// lane returns the lane named key, making it if it does not exist and
+// cfg.MaxLanes allows one more.
+func (l *Limiter) lane(key string, cfg *Config) (*lane, error) {
 	if v, ok := l.lanes.Load(key); ok {
-		return v.(*lane)
+		return v.(*lane), nil
 	}
-	v, _ := l.lanes.LoadOrStore(key, newLane(l, key))
-	return v.(*lane)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v, ok := l.lanes.Load(key); ok {
+		return v.(*lane), nil
+	}
+	if cfg.MaxLanes > 0 && l.nlanes >= cfg.MaxLanes {
+		return nil, &LaneLimitError{Lane: key, MaxLanes: cfg.MaxLanes, IdleTTL: cfg.LaneIdleTTL}
+	}
+	ln := newLane(l, key)
+	l.lanes.Store(key, ln)
+	l.nlanes++
+	if l.sweep == nil && cfg.LaneIdleTTL > 0 {
+		l.sweep = l.clock.AfterFunc(cfg.sweepEvery(), l.sweepIdle)
+	}
+	return ln, nil
+}
+
+// Lanes returns how many lanes exist.
+func (l *Limiter) Lanes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nlanes
+}
+
+// sweepIdle forgets the lanes that have been idle for Config.LaneIdleTTL,
+// and schedules the next sweep while lanes remain. It runs on the clock's
+// timer.
+func (l *Limiter) sweepIdle() {
+	cfg := l.cfg.Load()
+	now := l.clock.Now()
+	var gone []string
+	l.mu.Lock()
+	l.lanes.Range(func(k, v any) bool {
+		ln := v.(*lane)
+		ln.mu.Lock()
+		if cfg.LaneIdleTTL > 0 && ln.idleLocked(now, cfg.LaneIdleTTL) {
+			ln.evicted = true
+			l.lanes.Delete(k)
+			l.nlanes--
+			gone = append(gone, ln.key)
+		}
+		ln.mu.Unlock()
+		return true
+	})
+	l.sweep = nil
+	if l.nlanes > 0 && cfg.LaneIdleTTL > 0 && !l.closed.Load() {
+		l.sweep = l.clock.AfterFunc(cfg.sweepEvery(), l.sweepIdle)
+	}
+	l.mu.Unlock()
+	for _, key := range gone {
+		l.emit(context.Background(), Event{Kind: Evicted, Lane: key})
+	}
+}
+
+// Shutdown refuses every call from now on: each call waiting in a queue
+// returns ErrShuttingDown at once, and so does every later Acquire, so that
+// nothing more reaches the gateway. Slots already held stay held until they
+// are released (streams in progress run on); a released slot is granted to
+// no one. Shutdown is idempotent.
+func (l *Limiter) Shutdown() {
+	l.closed.Store(true)
+	l.mu.Lock()
+	if l.sweep != nil {
+		l.sweep.Stop()
+		l.sweep = nil
+	}
+	l.mu.Unlock()
+	l.lanes.Range(func(_, v any) bool {
+		ln := v.(*lane)
+		ln.mu.Lock()
+		ln.refuseAllLocked(l.clock.Now())
+		ln.mu.Unlock()
+		return true
+	})
 }
 
 func (l *Limiter) emit(ctx context.Context, e Event) {

@@ -12,6 +12,7 @@ const (
 	granted
 	canceled
 	timedOut
+	refused // the limiter is shutting down
 )
 
 // waiter is one call waiting in a lane. Its fields other than ready are
