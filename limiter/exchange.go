@@ -29,6 +29,10 @@ const (
 	// OutcomeCanceled: the caller gave up (its context ended, or it closed
 	// the body before the end).
 	OutcomeCanceled
+	// OutcomeClientStall: the caller stopped reading the response for the
+	// transport's stall limit while its data waited, and the exchange was
+	// ended to free the slot. The gateway was not at fault.
+	OutcomeClientStall
 
 	numOutcomes
 )
@@ -49,6 +53,8 @@ func (o Outcome) String() string {
 		return "stall"
 	case OutcomeCanceled:
 		return "canceled"
+	case OutcomeClientStall:
+		return "client_stall"
 	}
 	return "unknown"
 }
@@ -56,7 +62,7 @@ func (o Outcome) String() string {
 // Outcomes lists every outcome, in the order of their values.
 func Outcomes() []Outcome {
 	return []Outcome{OutcomeOK, OutcomeClientError, OutcomeRateLimited, OutcomeServerError,
-		OutcomeTransportError, OutcomeStall, OutcomeCanceled}
+		OutcomeTransportError, OutcomeStall, OutcomeCanceled, OutcomeClientStall}
 }
 
 // Exchange describes one attempt's exchange with the upstream, from the
@@ -88,6 +94,7 @@ type UpstreamCounts struct {
 	TransportErrors int `json:"transport_errors"`
 	Stalls          int `json:"stalls"`
 	Canceled        int `json:"canceled"`
+	ClientStalls    int `json:"client_stalls"`
 	Retries         int `json:"retries"`
 }
 

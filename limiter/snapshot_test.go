@@ -267,7 +267,7 @@ func TestRecordExchangeCountsInWindow(t *testing.T) {
 		t.Fatalf("upstream %+v, want %+v", h.lane(gw).Upstream, want)
 	}
 	b, _ := json.Marshal(h.lane(gw))
-	if !bytes.Contains(b, []byte(`"upstream_5m":{"ok":1,"client_errors":1,"rate_limited":1,"server_errors":1,"transport_errors":1,"stalls":1,"canceled":1,"retries":2}`)) {
+	if !bytes.Contains(b, []byte(`"upstream_5m":{"ok":1,"client_errors":1,"rate_limited":1,"server_errors":1,"transport_errors":1,"stalls":1,"canceled":1,"client_stalls":0,"retries":2}`)) {
 		t.Fatalf("JSON %s", b)
 	}
 	if len(seen) != 7 {

@@ -250,6 +250,7 @@ func (w *window) upstreamCounts() *UpstreamCounts {
 		TransportErrors: int(u.outcomes[OutcomeTransportError]),
 		Stalls:          int(u.outcomes[OutcomeStall]),
 		Canceled:        int(u.outcomes[OutcomeCanceled]),
+		ClientStalls:    int(u.outcomes[OutcomeClientStall]),
 		Retries:         int(u.retries),
 	}
 }

@@ -27,7 +27,9 @@ type exchange struct {
 
 	firstByte atomic.Int64 // ns from sent to the first body byte; 0 until then
 	lastRead  atomic.Int64 // ns from sent to the headers, then to the last read that returned data
-	stalled   atomic.Bool
+	reading   atomic.Int32 // Reads in progress: with none, a quiet body is the caller's doing
+	stalled   atomic.Bool  // the upstream went quiet while the caller read
+	stopped   atomic.Bool  // the caller stopped reading
 
 	// mu orders finish against the stall timer, which may re-arm itself;
 	// the slot is released exactly once, under done.
@@ -40,7 +42,9 @@ type exchange struct {
 }
 
 func (x *exchange) Read(p []byte) (int, error) {
+	x.reading.Add(1)
 	n, err := x.rc.Read(p)
+	x.reading.Add(-1)
 	if n > 0 {
 		since := int64(x.clock.Now().Sub(x.sent))
 		x.firstByte.CompareAndSwap(0, max(since, 1))
@@ -53,6 +57,8 @@ func (x *exchange) Read(p []byte) (int, error) {
 	case x.stalled.Load():
 		err = &StallError{Lane: x.lane, Phase: "response body", After: x.t.StallTimeout}
 		x.finish(limiter.OutcomeStall)
+	case x.stopped.Load():
+		err = &StallError{Lane: x.lane, Phase: "caller", After: x.t.StallTimeout}
 	case x.ctx.Err() != nil:
 		x.finish(limiter.OutcomeCanceled)
 	default:
@@ -90,26 +96,40 @@ func (x *exchange) statusOutcome() limiter.Outcome {
 
 // check runs on the guards' timers. Before the headers, only the header
 // timer runs it, and it means they are late: canceling the request makes
-// RoundTrip return at once. In the body, it cancels the request if the body
-// has been quiet for StallTimeout, and otherwise looks again when the quiet
-// spell would reach the limit.
+// RoundTrip return at once. In the body, when nothing has arrived for
+// StallTimeout, it cancels the request: if the caller is reading, the
+// upstream went quiet, and the pending Read fails and reports the stall;
+// if the caller is not reading, it has stopped (a client that no longer
+// reads its stream), and the exchange ends at once so its slot is not
+// held hostage. Otherwise it looks again when the quiet spell would reach
+// the limit.
 func (x *exchange) check() {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	if x.done {
+		x.mu.Unlock()
 		return
 	}
 	if !x.inBody {
+		x.mu.Unlock()
 		x.cancel()
 		return
 	}
 	idle := x.clock.Now().Sub(x.sent) - time.Duration(x.lastRead.Load())
-	if idle >= x.t.StallTimeout {
-		x.stalled.Store(true)
-		x.cancel() // the pending Read fails and reports the stall
+	if idle < x.t.StallTimeout {
+		x.stallTimer = x.clock.AfterFunc(x.t.StallTimeout-idle, x.guard)
+		x.mu.Unlock()
 		return
 	}
-	x.stallTimer = x.clock.AfterFunc(x.t.StallTimeout-idle, x.guard)
+	if x.reading.Load() > 0 {
+		x.stalled.Store(true)
+		x.mu.Unlock()
+		x.cancel()
+		return
+	}
+	x.stopped.Store(true)
+	x.mu.Unlock()
+	x.cancel()
+	x.finish(limiter.OutcomeClientStall)
 }
 
 // finish releases the slot, stops the guards and reports the exchange,

@@ -11,18 +11,23 @@ var ErrStall = errors.New("lanehttp: upstream stalled")
 
 // StallError ends an exchange whose upstream went quiet for longer than the
 // Transport allows. It is not a queue timeout: the call had its slot.
+//
+// Phase "caller" is the other way round: the caller stopped reading the
+// response for StallTimeout, and the exchange was ended to free its slot.
 type StallError struct {
 	Lane  string
-	Phase string        // "response headers", or "response body" (first byte or next chunk)
+	Phase string        // "response headers", "response body" (first byte or next chunk), or "caller"
 	After time.Duration // the limit that was exceeded
 }
 
 func (e *StallError) Error() string {
-	setting := "StallTimeout"
-	if e.Phase == "response headers" {
-		setting = "ResponseHeaderTimeout"
+	switch e.Phase {
+	case "response headers":
+		return fmt.Sprintf("lanehttp: lane %q: upstream sent no response headers for %s (the transport's ResponseHeaderTimeout)", e.Lane, e.After)
+	case "caller":
+		return fmt.Sprintf("lanehttp: lane %q: the caller read nothing for %s (the transport's StallTimeout); the exchange was ended to free its slot", e.Lane, e.After)
 	}
-	return fmt.Sprintf("lanehttp: lane %q: upstream sent no %s for %s (the transport's %s)", e.Lane, e.Phase, e.After, setting)
+	return fmt.Sprintf("lanehttp: lane %q: upstream sent no %s for %s (the transport's StallTimeout)", e.Lane, e.Phase, e.After)
 }
 
 // Is reports whether target is ErrStall.

@@ -13,9 +13,19 @@ import (
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
-// QueueTimeoutCode is the "code" of the JSON error that answers a queue
-// timeout.
-const QueueTimeoutCode = "lane_queue_timeout"
+// Codes of the JSON errors of synthesized responses to calls that got no
+// slot.
+const (
+	// QueueTimeoutCode: the call waited the whole queue timeout (503,
+	// x-should-retry: false, Retry-After).
+	QueueTimeoutCode = "lane_queue_timeout"
+	// LaneLimitCode: the call's lane does not exist and max_lanes lanes do
+	// (503, x-should-retry: false).
+	LaneLimitCode = "lane_limit_reached"
+	// ShuttingDownCode: the process is shutting down (503, retryable, to
+	// another instance).
+	ShuttingDownCode = "lane_shutting_down"
+)
 
 // ErrorBody is the OpenAI-style JSON error of a synthesized response:
 // {"error": {"message", "type", "code", "param", ...}}. The lane fields are

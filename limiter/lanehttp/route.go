@@ -78,7 +78,9 @@ func (e *RequestError) Unwrap() error { return e.Err }
 
 // readModel reads a model call's body (up to limit bytes) and returns it
 // with the model it names. A declared length over the limit is refused
-// without reading.
+// without reading; otherwise memory grows with the bytes that actually
+// arrive, never with what the request declares. A body made by NewBody is
+// taken as it is, without a copy.
 func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
 	if body == nil || body == http.NoBody {
 		return nil, "", ErrNotJSON
@@ -88,9 +90,8 @@ func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
 	}
 	var b []byte
 	var err error
-	if length > 0 {
-		b = make([]byte, length)
-		_, err = io.ReadFull(body, b)
+	if r, ok := body.(*replay); ok {
+		b = r.b
 	} else {
 		b, err = io.ReadAll(io.LimitReader(body, limit+1))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -44,10 +45,17 @@ type Transport struct {
 	// limit.
 	StallTimeout time.Duration
 
-	// ReturnErrors makes RoundTrip return a *limiter.QueueTimeoutError or
-	// a *RequestError instead of the synthesized 503, 400 or 413 response.
-	// Leave it false under an SDK that retries transport errors.
+	// ReturnErrors makes RoundTrip return the typed errors
+	// (*limiter.QueueTimeoutError, *limiter.LaneLimitError,
+	// limiter.ErrShuttingDown, *RequestError) instead of the synthesized
+	// 503, 400 or 413 responses. Leave it false under an SDK that retries
+	// transport errors.
 	ReturnErrors bool
+
+	// Describe names a lane in the errors a client sees (the synthesized
+	// responses); nil means the lane key. A proxy in front of internal
+	// gateways can name the upstream instead of its address.
+	Describe func(lane string) string
 
 	// RetryWindow is how long after an attempt of a model call ended an
 	// identical attempt counts as its retry and queues with the call's
@@ -127,13 +135,46 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	slot, err := t.Limiter.Acquire(ctx, lane)
 	if err != nil {
 		at.end(t.Limiter.Clock().Now(), false)
-		var qe *limiter.QueueTimeoutError
-		if errors.As(err, &qe) && !t.ReturnErrors {
-			return QueueTimeoutResponse(req, qe), nil
+		if res := t.refusal(req, lane, err); res != nil {
+			return res, nil
 		}
 		return nil, err
 	}
 	return t.send(base, req, body, lane, slot, at)
+}
+
+// refusal returns the synthesized answer to an acquisition that failed with
+// err, or nil when err is the caller's (its context) or ReturnErrors is set.
+func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Response {
+	if t.ReturnErrors {
+		return nil
+	}
+	name := lane
+	if t.Describe != nil {
+		name = t.Describe(lane)
+	}
+	var qe *limiter.QueueTimeoutError
+	var le *limiter.LaneLimitError
+	switch {
+	case errors.As(err, &qe):
+		named := *qe
+		named.Lane = name
+		return QueueTimeoutResponse(req, &named)
+	case errors.As(err, &le):
+		named := *le
+		named.Lane = name
+		return NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
+			Message: named.Error(), Type: "server_error", Code: LaneLimitCode, Lane: name}})
+	case errors.Is(err, limiter.ErrShuttingDown):
+		res := NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
+			Message: fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name),
+			Type: "server_error", Code: ShuttingDownCode, Lane: name}})
+		res.Header.Del("X-Should-Retry") // retryable, elsewhere
+		res.Header.Set("Connection", "close")
+		res.Close = true
+		return res
+	}
+	return nil
 }
 
 // send makes the exchange of a model call whose slot is held. From here on
@@ -203,15 +244,23 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 }
 
 // replay is a request body replayed from memory.
-type replay struct{ bytes.Reader }
+type replay struct {
+	bytes.Reader
+	b []byte
+}
 
 func newReplay(b []byte) *replay {
-	r := new(replay)
+	r := &replay{b: b}
 	r.Reset(b)
 	return r
 }
 
 func (*replay) Close() error { return nil }
+
+// NewBody returns a request body of b that a Transport takes without
+// copying it: for a caller (a proxy, say) that has read and checked the
+// body already. b must not change while the request is in use.
+func NewBody(b []byte) io.ReadCloser { return newReplay(b) }
 
 // redact returns u without user info or query, for messages.
 func redact(u *url.URL) string {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -290,10 +291,17 @@ func TestStallMidBody(t *testing.T) {
 	if n, err := res.Body.Read(buf); n == 0 || err != nil {
 		t.Fatalf("first chunk: %d %v", n, err)
 	}
+	// The caller reads on, waiting for the upstream's next chunk.
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(res.Body)
+		read <- err
+	}()
+	waitInRead(t)
 	r.clock.Advance(4 * time.Second)
 	r.expectCounts(1, 0) // quiet for 4 s: not yet a stall
 	r.clock.Advance(time.Second)
-	_, err = io.ReadAll(res.Body)
+	err = recv(t, read)
 	var se *lanehttp.StallError
 	if !errors.As(err, &se) || !errors.Is(err, lanehttp.ErrStall) || se.Phase != "response body" || se.Lane != r.lane() {
 		t.Fatalf("read err %v, want a body stall", err)
@@ -302,6 +310,57 @@ func TestStallMidBody(t *testing.T) {
 	r.expectCounts(0, 0)
 	if u := r.snapshot().Upstream; u == nil || u.Stalls != 1 || u.OK != 0 {
 		t.Fatalf("upstream %+v", u)
+	}
+}
+
+// A caller that stops reading a stream whose data is waiting does not hold
+// its slot hostage: after StallTimeout the exchange ends, the slot is free,
+// the upstream request is canceled, and the outcome (client_stall) is not
+// the gateway's fault.
+func TestCallerThatStopsReadingFreesSlot(t *testing.T) {
+	r := newRig(t, on(1))
+	r.tr.StallTimeout = 5 * time.Second
+	upstreamCanceled := make(chan struct{})
+	r.gw.handle = func(w http.ResponseWriter, req *http.Request, s seen) bool {
+		r.gw.streamChunks(w, s.Model, []string{"a", "b"}, make(chan struct{}), req.Context())
+		close(upstreamCanceled)
+		return true
+	}
+	res, err := r.hc.Do(chatRequest(t, r.gw.url(), `{"model":"`+model+`","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if n, err := res.Body.Read(make([]byte, 4096)); n == 0 || err != nil {
+		t.Fatalf("first chunk: %d %v", n, err)
+	}
+	r.clock.Advance(5 * time.Second) // the caller reads nothing more
+	<-upstreamCanceled
+	r.expectCounts(0, 0) // freed at once, not when the caller comes back
+	_, err = io.ReadAll(res.Body)
+	var se *lanehttp.StallError
+	if !errors.As(err, &se) || se.Phase != "caller" {
+		t.Fatalf("read after the stop: %v, want the caller stall", err)
+	}
+	if u := r.snapshot().Upstream; u == nil || u.ClientStalls != 1 || u.Stalls != 0 {
+		t.Fatalf("upstream %+v, want one client stall and no gateway stall", u)
+	}
+}
+
+// waitInRead waits until a goroutine is blocked inside the lane transport's
+// response body Read, so that a test can move the fake clock knowing the
+// caller is reading.
+func waitInRead(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		if bytes.Contains(buf[:n], []byte("lanehttp.(*exchange).Read(")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Read in progress")
+		}
 	}
 }
 
