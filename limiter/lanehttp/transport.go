@@ -168,7 +168,7 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 	case errors.Is(err, limiter.ErrShuttingDown):
 		res := NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
 			Message: fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name),
-			Type: "server_error", Code: ShuttingDownCode, Lane: name}})
+			Type:    "server_error", Code: ShuttingDownCode, Lane: name}})
 		res.Header.Del("X-Should-Retry") // retryable, elsewhere
 		res.Header.Set("Connection", "close")
 		res.Close = true
