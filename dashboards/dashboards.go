@@ -92,7 +92,7 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 	b := qb{prefix, `instance=~"$instance",lane=~"$lane"`}
 	secs := func(v float64) *float64 { return &v }
 	lanes := table.NewPanelBuilder().Title("Lanes").Datasource(ds).Span(24).Height(8).
-		Description("One row per lane: its classification, slots, queue by class, p90 wait and queue timeouts of the last 5 minutes, and its hold text.").
+		Description("One row per lane: its classification, slots, queue by class, p90 wait and queue timeouts of the last 5 minutes. Hold texts are sentences, not metrics: the classification route (dashboard link) has them.").
 		WithTarget(b.instant(`max by (instance, lane, state) (P_llm_lane_state{SEL} == 1)`, "state")).
 		WithTarget(b.instant(`sum by (instance, lane) (P_llm_inflight{SEL})`, "inflight")).
 		WithTarget(b.instant(`sum by (instance, lane) (P_llm_limit{SEL})`, "limit")).
@@ -101,14 +101,12 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 		WithTarget(b.instant(`sum by (instance, lane) (P_llm_queue_depth{SEL,priority="bulk"})`, "queued_bulk")).
 		WithTarget(b.instant(`histogram_quantile(0.9, sum by (instance, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[5m])))`, "wait_p90")).
 		WithTarget(b.instant(`sum by (instance, lane) (increase(P_llm_queue_timeouts_total{SEL}[5m]))`, "timeouts_5m")).
-		WithTarget(b.instant(`max by (instance, lane, hold_text) (P_llm_lane_hold_info{SEL})`, "hold")).
 		WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
 		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
-			"excludeByName": map[string]any{"Time": true, "Value #state": true, "Value #hold": true},
+			"excludeByName": map[string]any{"Time": true, "Value #state": true},
 			"renameByName": map[string]any{"Value #inflight": "in flight", "Value #limit": "limit",
 				"Value #queued_interactive": "queued interactive", "Value #queued_default": "queued default",
-				"Value #queued_bulk": "queued bulk", "Value #wait_p90": "p90 wait (s)", "Value #timeouts_5m": "queue timeouts 5m",
-				"hold_text": "hold text"},
+				"Value #queued_bulk": "queued bulk", "Value #wait_p90": "p90 wait (s)", "Value #timeouts_5m": "queue timeouts 5m"},
 		}})
 	d := base("LLM lanes — overview", "llmlanes-overview",
 		"Every llmlanes lane: state, slots, queue by class, waits, queue timeouts, the gateway's answers, and per-process budgets against capacity.", prefix, true).

@@ -2,7 +2,6 @@ package otelbridge
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,117 +10,38 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
-// ScopeName is the instrumentation scope of the bridge's meter and tracer.
+// ScopeName is the instrumentation scope of the bridge's tracer and metrics.
 const ScopeName = "github.com/llmlanes/llmlanes/otelbridge"
 
-// waitBuckets are the queue-wait histogram's bucket bounds, in seconds (D8).
-var waitBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300}
-
-// firstByteBuckets are the upstream time-to-first-byte bucket bounds.
-var firstByteBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
-
-// Options configures New. Zero values take the global providers.
+// Options configures New.
 type Options struct {
-	MeterProvider  metric.MeterProvider
+	// TracerProvider receives the spans; nil means the global one.
 	TracerProvider trace.TracerProvider
 }
 
-// Bridge records a limiter's lanes as OpenTelemetry metrics and spans.
+// Bridge records a limiter's lanes as OpenTelemetry metrics (as a metric
+// Producer: see Produce) and spans.
 type Bridge struct {
 	tracer trace.Tracer
 	lim    atomic.Pointer[limiter.Limiter]
 
-	wait      metric.Float64Histogram
-	timeouts  metric.Int64Counter
-	canceled  metric.Int64Counter
-	upstream  metric.Int64Counter
-	retries   metric.Int64Counter
-	firstByte metric.Float64Histogram
-
-	mu    sync.RWMutex
-	lanes map[string]*laneOpts
+	mu    sync.RWMutex // guards lanes; each laneMetrics guards itself
+	lanes map[string]*laneMetrics
 }
 
-// New creates the bridge's instruments.
+// New returns a bridge. Its metrics reach a reader through Produce
+// (sdkmetric.WithProducer(b)); its spans go to o.TracerProvider.
 func New(o Options) (*Bridge, error) {
-	mp, tp := o.MeterProvider, o.TracerProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
+	tp := o.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	m := mp.Meter(ScopeName)
-	b := &Bridge{tracer: tp.Tracer(ScopeName), lanes: map[string]*laneOpts{}}
-	var errs []error
-	note := func(err error) { errs = append(errs, err) }
-	var err error
-	b.wait, err = m.Float64Histogram("llm.queue.wait", metric.WithUnit("s"),
-		metric.WithDescription("Time model calls waited for a lane slot, by lane and class, until a grant (immediate grants count as 0) or a queue timeout (the whole wait)."),
-		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	note(err)
-	b.timeouts, err = m.Int64Counter("llm.queue.timeouts", metric.WithUnit("{timeout}"),
-		metric.WithDescription("Model calls that gave up waiting for a lane slot after the queue timeout."))
-	note(err)
-	b.canceled, err = m.Int64Counter("llm.queue.cancellations", metric.WithUnit("{call}"),
-		metric.WithDescription("Model calls whose caller went away (its context ended) while they waited for a lane slot; not in the wait histogram."))
-	note(err)
-	b.upstream, err = m.Int64Counter("llm.upstream.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Exchanges with the upstream gateway, by lane and outcome."))
-	note(err)
-	b.retries, err = m.Int64Counter("llm.upstream.retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Exchanges that an SDK marked as retries (X-Stainless-Retry-Count above 0)."))
-	note(err)
-	b.firstByte, err = m.Float64Histogram("llm.upstream.first_byte", metric.WithUnit("s"),
-		metric.WithDescription("Time from sending a model call to the first byte of its response body (first token of a stream)."),
-		metric.WithExplicitBucketBoundaries(firstByteBuckets...))
-	note(err)
-
-	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
-		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		note(err)
-		return g
-	}
-	inflight := gauge("llm.inflight", "{call}", "Model calls holding a lane slot.")
-	depth := gauge("llm.queue.depth", "{call}", "Model calls waiting for a lane slot, by class.")
-	limit := gauge("llm.limit", "{call}", "The lane's configured limit (max_inflight).")
-	reserve := gauge("llm.reserve", "{call}", "Slots reserved for interactive calls, as clamped.")
-	saturated := gauge("llm.saturated", "", "1 when the lane's queue has been non-empty for 60 s or more, else 0.")
-	oldest, err := m.Float64ObservableGauge("llm.oldest_wait", metric.WithUnit("s"),
-		metric.WithDescription("How long the lane's longest-waiting call has waited."))
-	note(err)
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		lim := b.lim.Load()
-		if lim == nil {
-			return nil
-		}
-		for _, l := range lim.Snapshot().Lanes {
-			lo := b.opts(l.Lane)
-			o.ObserveInt64(inflight, int64(l.Inflight), lo.laneObs...)
-			o.ObserveInt64(limit, int64(l.Limit), lo.laneObs...)
-			o.ObserveInt64(reserve, int64(l.Reserve), lo.laneObs...)
-			o.ObserveInt64(saturated, boolInt(l.Saturated), lo.laneObs...)
-			o.ObserveFloat64(oldest, float64(l.OldestWait), lo.laneObs...)
-			q := l.QueuedByPriority
-			o.ObserveInt64(depth, int64(q.Interactive), lo.classObs[limiter.Interactive.Index()]...)
-			o.ObserveInt64(depth, int64(q.Default), lo.classObs[limiter.Default.Index()]...)
-			o.ObserveInt64(depth, int64(q.Bulk), lo.classObs[limiter.Bulk.Index()]...)
-		}
-		return nil
-	}, inflight, depth, limit, reserve, saturated, oldest)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return &Bridge{tracer: tp.Tracer(ScopeName), lanes: map[string]*laneMetrics{}}, nil
 }
 
 // now reads the watched limiter's clock, so that spans line up with the
@@ -138,88 +58,35 @@ func (b *Bridge) now() time.Time {
 // other.
 func (b *Bridge) Watch(lim *limiter.Limiter) { b.lim.Store(lim) }
 
-func boolInt(v bool) int64 {
-	if v {
-		return 1
-	}
-	return 0
-}
-
-// laneOpts are a lane's attribute sets, made once, as ready-made option
-// slices: building attributes or a variadic slice per event would allocate
-// on every model call.
-type laneOpts struct {
-	zeroed   sync.Once // the lane's counters exist from its first event, at 0
-	lane     []metric.AddOption
-	laneRec  []metric.RecordOption
-	laneObs  []metric.ObserveOption
-	class    [3][]metric.RecordOption
-	classObs [3][]metric.ObserveOption
-	outcome  [8][]metric.AddOption
-}
-
-func (b *Bridge) opts(lane string) *laneOpts {
-	b.mu.RLock()
-	o := b.lanes[lane]
-	b.mu.RUnlock()
-	if o != nil {
-		return o
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if o = b.lanes[lane]; o != nil {
-		return o
-	}
-	o = &laneOpts{}
-	l := metric.WithAttributeSet(attribute.NewSet(attribute.String("lane", lane)))
-	o.lane, o.laneRec, o.laneObs = []metric.AddOption{l}, []metric.RecordOption{l}, []metric.ObserveOption{l}
-	for _, p := range []limiter.Priority{limiter.Interactive, limiter.Default, limiter.Bulk} {
-		c := metric.WithAttributeSet(attribute.NewSet(attribute.String("lane", lane), attribute.String("priority", p.String())))
-		o.class[p.Index()], o.classObs[p.Index()] = []metric.RecordOption{c}, []metric.ObserveOption{c}
-	}
-	for _, oc := range limiter.Outcomes() {
-		o.outcome[oc] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("lane", lane), attribute.String("outcome", oc.String())))}
-	}
-	b.lanes[lane] = o
-	return o
-}
-
 // Observe is a limiter.Observer: pass it to limiter.New with
 // limiter.WithObserver.
 func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
-	lo := b.opts(e.Lane)
-	lo.zeroed.Do(func() {
-		// Counters that exist from a lane's first event let rate() and
-		// dashboards work before the first timeout, retry or failure.
-		bg := context.Background()
-		b.timeouts.Add(bg, 0, lo.lane...)
-		b.canceled.Add(bg, 0, lo.lane...)
-		b.retries.Add(bg, 0, lo.lane...)
-		for _, oc := range limiter.Outcomes() {
-			b.upstream.Add(bg, 0, lo.outcome[oc]...)
-		}
-	})
+	if e.Kind == limiter.Evicted {
+		b.forget(e.Lane)
+		return
+	}
+	m := b.metrics(e.Lane)
 	switch e.Kind {
-	case limiter.Acquired, limiter.TimedOut, limiter.Canceled:
+	case limiter.Acquired, limiter.TimedOut, limiter.Canceled, limiter.Refused:
 		ctx = b.queueSpan(ctx, e)
 		switch e.Kind {
 		case limiter.Acquired:
-			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[e.Priority.Index()]...)
+			m.wait[e.Priority.Index()].record(ctx, seconds(e.Wait), b.now())
 		case limiter.TimedOut:
 			// A lane that times its callers out must not look fast.
-			b.wait.Record(ctx, e.Wait.Seconds(), lo.class[e.Priority.Index()]...)
-			b.timeouts.Add(ctx, 1, lo.lane...)
+			m.wait[e.Priority.Index()].record(ctx, seconds(e.Wait), b.now())
+			m.timeouts.Add(1)
 		case limiter.Canceled:
-			b.canceled.Add(ctx, 1, lo.lane...)
+			m.canceled.Add(1)
 		}
 	case limiter.Exchanged:
 		x := e.Exchange
-		b.upstream.Add(ctx, 1, lo.outcome[x.Outcome]...)
+		m.upstream[x.Outcome].Add(1)
 		if x.Retry {
-			b.retries.Add(ctx, 1, lo.lane...)
+			m.retries.Add(1)
 		}
 		if x.FirstByte > 0 {
-			b.firstByte.Record(ctx, x.FirstByte.Seconds(), lo.laneRec...)
+			m.first.record(ctx, x.FirstByte.Seconds(), b.now())
 		}
 		b.upstreamSpan(ctx, e)
 	}
@@ -244,6 +111,8 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 		outcome = "queue_timeout"
 	case limiter.Canceled:
 		outcome = "canceled"
+	case limiter.Refused:
+		outcome = "shutting_down"
 	}
 	ctx, span := b.tracer.Start(ctx, "llm.queue_wait", trace.WithTimestamp(now.Add(-e.Wait)), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String("llmlanes.lane", e.Lane), attribute.String("llmlanes.priority", e.Priority.String()),
@@ -256,6 +125,9 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 		call.SetStatus(codes.Error, "lane queue timeout")
 	case limiter.Canceled:
 		span.SetAttributes(attribute.String("error.type", "canceled"))
+	case limiter.Refused:
+		span.SetAttributes(attribute.String("error.type", "lane_shutting_down"))
+		span.SetStatus(codes.Error, "the limiter is shutting down")
 	}
 	span.End(trace.WithTimestamp(now))
 	return ctx

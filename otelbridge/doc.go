@@ -1,19 +1,28 @@
 // Package otelbridge makes the lanes of a limiter.Limiter visible through
-// OpenTelemetry: metric instruments fed by the limiter's events and
+// OpenTelemetry: metrics fed by the limiter's events and
 // snapshot, and spans that show a model call's time queued beside its time
 // at the gateway.
 //
 // # Wiring
 //
-//	b, err := otelbridge.New(otelbridge.Options{})   // global providers by default
+//	b, err := otelbridge.New(otelbridge.Options{})   // spans to the global tracer provider
 //	lim, err := limiter.New(cfg, limiter.WithObserver(b.Observe))
 //	b.Watch(lim)                                     // the gauges read lim's snapshot
+//	reader := sdkmetric.NewPeriodicReader(exporter, sdkmetric.WithProducer(b))
 //	client := &http.Client{Transport: b.Transport(&lanehttp.Transport{Limiter: lim})}
 //
 // # Metrics
 //
-// Through the OpenTelemetry Prometheus exporter with namespace p, the
-// instruments come out as the series of DESIGN.md:
+// The bridge keeps each lane's counters and histograms itself and hands
+// them, with gauges read from the limiter's snapshot, to any reader it is
+// given to as a metric Producer (sdkmetric.WithProducer). It does not use
+// the SDK's synchronous instruments because they cannot forget a series,
+// and lanes come and go: a client picks the model, and the limiter evicts
+// idle lanes. So when the limiter evicts a lane (an Evicted event), every
+// series of that lane ends, and no lane can fall into the SDK's cardinality
+// overflow: the number of series follows the limiter's MaxLanes. Through
+// the OpenTelemetry Prometheus exporter with namespace p, they come out as
+// the series of DESIGN.md:
 //
 //	p_llm_inflight{lane}                       gauge
 //	p_llm_queue_depth{lane,priority}           gauge, all three priorities from lane creation
@@ -26,15 +35,15 @@
 //	p_llm_saturated{lane}                      gauge, 1 when queued > 0 has held for 60 s
 //	p_llm_oldest_wait_seconds{lane}            gauge
 //	p_llm_upstream_requests_total{lane,outcome} counter: ok, client_error, rate_limited,
-//	                                           server_error, transport_error, stall, canceled
-//	p_llm_upstream_retries_total{lane}         counter: SDK retries seen
+//	                                           server_error, transport_error, stall, canceled,
+//	                                           client_stall
+//	p_llm_upstream_retries_total{lane}         counter: retries seen
 //	p_llm_upstream_first_byte_seconds{lane}    histogram
 //
-// Current values (inflight, queue depth, limit, reserve, saturation) are
-// observed from the limiter's snapshot at collection time, never summed
-// from events, so they cannot drift. Counters and histograms are fed by
-// events. A queue-wait sample taken inside a sampled trace carries an
-// exemplar pointing at the call's queue-wait span.
+// A lane's counters exist, at 0, from its first event, so rate() works
+// before the first failure. A queue-wait sample taken inside a sampled
+// trace becomes its bucket's exemplar, pointing at the call's queue-wait
+// span (the latest such sample per bucket is kept).
 //
 // # Spans
 //
@@ -52,8 +61,8 @@
 //
 // # Cost
 //
-// With no OpenTelemetry SDK installed (the global no-op providers) the
-// instruments and tracer do nothing; the bridge skips span work for spans
-// that are not recording and caches attribute sets per lane, so an event
-// costs a few map lookups. docs/BENCHMARKS.md has the figures.
+// An event costs a map lookup under a read lock and an atomic add or a
+// short locked histogram update, and allocates nothing; spans cost what the
+// tracer provider makes them cost, and nothing when they are not recording.
+// docs/BENCHMARKS.md has the figures.
 package otelbridge

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/otelbridge"
@@ -22,11 +25,30 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	b.Watch(lim) // the gauges read lim's snapshot
+	b.Watch(lim)                                                   // the gauges read lim's snapshot
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(b)) // or a periodic reader of an exporter
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
 	client := &http.Client{Transport: b.Transport(&lanehttp.Transport{Limiter: lim})}
+	_ = client // the service's model calls go through it
 
 	slot, _ := lim.Acquire(context.Background(), "https://gw/v1|protolabs/smart")
 	slot.Release()
-	fmt.Println(client.Transport != nil, lim.Snapshot().Lanes[0].Lane)
-	// Output: true https://gw/v1|protolabs/smart
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		panic(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "llm.queue.wait" {
+				for _, p := range h.DataPoints {
+					if p.Count > 0 {
+						c, _ := p.Attributes.Value("priority")
+						fmt.Println(m.Name, c.AsString(), p.Count)
+					}
+				}
+			}
+		}
+	}
+	// Output: llm.queue.wait default 1
 }

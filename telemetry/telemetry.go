@@ -15,8 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
-	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmlanes/llmlanes/classify"
@@ -136,64 +137,54 @@ func New(o Options) (*Telemetry, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	b, err := otelbridge.New(otelbridge.Options{TracerProvider: o.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	t := &Telemetry{reg: reg, bridge: b}
+	t.thresholds.Store(&th)
+	// Every lane metric comes from a Producer (the bridge's, and the lane
+	// states'), not from SDK instruments, so that an evicted lane's series
+	// end with it; the meter provider is what the reader needs to collect.
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithNamespace(prefix),
-		otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+		otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo(),
+		otelprom.WithProducer(b), otelprom.WithProducer(stateProducer{t}))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	b, err := otelbridge.New(otelbridge.Options{MeterProvider: mp, TracerProvider: o.TracerProvider})
-	if err != nil {
-		return nil, err
-	}
-	t := &Telemetry{reg: reg, mp: mp, bridge: b}
-	t.thresholds.Store(&th)
-	if err := t.registerState(mp.Meter(otelbridge.ScopeName)); err != nil {
-		return nil, err
-	}
+	t.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	return t, nil
 }
 
-// registerState adds the lane-state gauges: for each lane, 1 for its
-// current state and 0 for the others, 1 for each reason that holds and 0
-// for the others (stable series, so dashboards and alert rules can use
-// them), and the hold text as an info series.
-func (t *Telemetry) registerState(m metric.Meter) error {
-	g, err := m.Int64ObservableGauge("llm.lane.state", metric.WithUnit(""),
-		metric.WithDescription("Lane classification: 1 for the lane's current state (idle, healthy, local_queue, gateway_degraded), 0 for the others."))
-	if err != nil {
-		return err
-	}
-	reason, err := m.Int64ObservableGauge("llm.lane.reason", metric.WithUnit(""),
-		metric.WithDescription("1 for each classification reason that holds for the lane (saturated, wait_p90, queue_timeouts, upstream_errors, retries), 0 for the others."))
-	if err != nil {
-		return err
-	}
-	// The hold text is a sentence, not a number: it rides in a label of an
-	// info gauge so that dashboards can show it. A new series starts when
-	// the text changes (at most once a scrape) and the old one goes stale.
-	hold, err := m.Int64ObservableGauge("llm.lane.hold_info", metric.WithUnit(""),
-		metric.WithDescription("Always 1; its hold_text label is the lane's hold text (as in the classification route), its state label the state."))
-	if err != nil {
-		return err
-	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for _, c := range t.Classify() {
-			if c.Target != "" {
-				continue // targets' states are exported with their other series
-			}
-			for _, s := range classify.States() {
-				o.ObserveInt64(g, boolInt(c.State == s), metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("state", string(s))))
-			}
-			for _, r := range classify.Reasons() {
-				o.ObserveInt64(reason, boolInt(slices.Contains(c.Reasons, r)), metric.WithAttributes(attribute.String("lane", c.Lane), attribute.String("reason", r)))
-			}
-			o.ObserveInt64(hold, 1, metric.WithAttributes(attribute.String("lane", c.Lane),
-				attribute.String("state", string(c.State)), attribute.String("hold_text", c.HoldText)))
+// stateProducer produces the lane-state gauges: for each of this process's
+// lanes, 1 for its current state and 0 for the others, and 1 for each
+// reason that holds and 0 for the others. They are stable series (no
+// sentence in a label), so dashboards and alert rules can use them; the
+// hold text stays in the JSON routes and on the status page.
+type stateProducer struct{ t *Telemetry }
+
+func (p stateProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	now := time.Now()
+	var state, reason []metricdata.DataPoint[int64]
+	for _, c := range p.t.Classify() {
+		if c.Target != "" {
+			continue // targets' states are exported with their other series
 		}
-		return nil
-	}, g, reason, hold)
-	return err
+		for _, s := range classify.States() {
+			state = append(state, metricdata.DataPoint[int64]{Time: now, Value: boolInt(c.State == s),
+				Attributes: attribute.NewSet(attribute.String("lane", c.Lane), attribute.String("state", string(s)))})
+		}
+		for _, r := range classify.Reasons() {
+			reason = append(reason, metricdata.DataPoint[int64]{Time: now, Value: boolInt(slices.Contains(c.Reasons, r)),
+				Attributes: attribute.NewSet(attribute.String("lane", c.Lane), attribute.String("reason", r))})
+		}
+	}
+	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: otelbridge.ScopeName}, Metrics: []metricdata.Metrics{
+		{Name: "llm.lane.state", Description: "Lane classification: 1 for the lane's current state (idle, healthy, local_queue, gateway_degraded), 0 for the others.",
+			Data: metricdata.Gauge[int64]{DataPoints: state}},
+		{Name: "llm.lane.reason", Description: "1 for each classification reason that holds for the lane (saturated, wait_p90, queue_timeouts, upstream_errors, retries), 0 for the others.",
+			Data: metricdata.Gauge[int64]{DataPoints: reason}},
+	}}}, nil
 }
 
 func boolInt(v bool) int64 {

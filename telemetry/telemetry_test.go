@@ -224,13 +224,21 @@ func TestExtraSeries(t *testing.T) {
 		`llmlanes_llm_lane_reason{lane="https://gw/v1|protolabs/smart",reason="saturated"} 0`,
 		`llmlanes_llm_lane_reason{lane="https://gw/v1|protolabs/smart",reason="upstream_errors"} 0`,
 		`llmlanes_llm_queue_cancellations_total{lane="https://gw/v1|protolabs/smart"} 0`,
-		// Waits 0, 0, 7 and 20 (D's timeout): p90 16.1 s.
-		`llmlanes_llm_lane_hold_info{hold_text="gate queue: 1 call waiting, p90 wait 16 s, 1 queue timeout in 5 min",lane="https://gw/v1|protolabs/smart",state="local_queue"} 1`,
 		"go_goroutines ", "process_cpu_seconds_total ",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// No label changes with every scrape: the hold text is in the JSON
+	// routes and on the status page, not in a label.
+	if strings.Contains(body, "hold_text") || strings.Contains(body, "hold_info") {
+		t.Error("/metrics carries the hold text in a label")
+	}
+	_, cls, _ := s.get("/api/telemetry/llm-lanes/classification?lane=" + url.QueryEscape(lane))
+	// Waits 0, 0, 7 and 20 (D's timeout): p90 16.1 s.
+	if !strings.Contains(cls, `"hold_text":"gate queue: 1 call waiting, p90 wait 16 s, 1 queue timeout in 5 min"`) {
+		t.Errorf("classification %s", cls)
 	}
 }
 
@@ -467,4 +475,36 @@ func TestClassificationLookups(t *testing.T) {
 	if all["enabled"] != true || len(all["lanes"].([]any)) != 1 {
 		t.Fatalf("report %v", all)
 	}
+}
+
+// An evicted lane leaves every metric: its gauges, counters, histograms and
+// states are gone from /metrics, not left stale; another lane's stay.
+func TestEvictedLaneLeavesMetrics(t *testing.T) {
+	cfg := limiter.Config{MaxInflight: 2, LaneIdleTTL: 10 * time.Minute}
+	s := newStack(t, cfg, telemetry.Options{})
+	const other = "https://gw/v1|other"
+	slot := s.take(limiter.Default)
+	s.lim.RecordExchange(context.Background(), lane, limiter.Exchange{Outcome: limiter.OutcomeOK, FirstByte: time.Second})
+	slot.Release()
+	_, before, _ := s.get("/metrics")
+	for _, m := range []string{"llm_inflight", "llm_queue_depth", "llm_queue_wait_seconds_bucket", "llm_queue_timeouts_total",
+		"llm_upstream_requests_total", "llm_upstream_first_byte_seconds_bucket", "llm_lane_state", "llm_lane_reason"} {
+		if !strings.Contains(before, "llmlanes_"+m+`{lane="`+lane+`"`) {
+			t.Fatalf("before eviction /metrics lacks %s for the lane", m)
+		}
+	}
+	s.clock.Advance(6 * time.Minute)
+	keep, err := s.lim.Acquire(context.Background(), other) // stays busy
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(6 * time.Minute)
+	_, after, _ := s.get("/metrics")
+	if strings.Contains(after, `lane="`+lane+`"`) {
+		t.Fatalf("series of the evicted lane remain:\n%s", after)
+	}
+	if !strings.Contains(after, `llmlanes_llm_inflight{lane="`+other+`"} 1`) {
+		t.Fatal("the busy lane's series are gone too")
+	}
+	keep.Release()
 }

@@ -1,0 +1,248 @@
+package otelbridge
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// The bridge keeps each lane's counters and histograms itself and hands
+// them to OpenTelemetry readers as a metric Producer, instead of recording
+// them with the SDK's instruments. The SDK cannot forget an attribute set
+// of a synchronous instrument, and lanes come and go (a client picks the
+// model, and idle lanes are evicted): kept here, a lane's series end when
+// the lane does, and no lane can land in the SDK's cardinality overflow.
+
+// waitBuckets are the queue-wait histogram's bucket bounds, in seconds (D8).
+var waitBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300}
+
+// firstByteBuckets are the upstream time-to-first-byte bucket bounds.
+var firstByteBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// laneMetrics is one lane's cumulative metrics.
+type laneMetrics struct {
+	start    time.Time // when the lane's series began
+	missed   atomic.Bool
+	lane     attribute.Set
+	class    [3]attribute.Set
+	outcome  []attribute.Set // by limiter.Outcome
+	timeouts atomic.Int64
+	canceled atomic.Int64
+	retries  atomic.Int64
+	upstream []atomic.Int64 // by limiter.Outcome
+	wait     [3]histogram   // by class
+	first    histogram
+}
+
+func newLaneMetrics(lane string, start time.Time) *laneMetrics {
+	outcomes := limiter.Outcomes()
+	m := &laneMetrics{start: start, lane: attribute.NewSet(attribute.String("lane", lane)),
+		outcome: make([]attribute.Set, len(outcomes)), upstream: make([]atomic.Int64, len(outcomes))}
+	for _, p := range []limiter.Priority{limiter.Interactive, limiter.Default, limiter.Bulk} {
+		m.class[p.Index()] = attribute.NewSet(attribute.String("lane", lane), attribute.String("priority", p.String()))
+		m.wait[p.Index()].init(waitBuckets)
+	}
+	for _, o := range outcomes {
+		m.outcome[o] = attribute.NewSet(attribute.String("lane", lane), attribute.String("outcome", o.String()))
+	}
+	m.first.init(firstByteBuckets)
+	return m
+}
+
+// histogram is a cumulative explicit-bucket histogram whose buckets each
+// keep the latest sampled exemplar.
+type histogram struct {
+	bounds    []float64
+	mu        sync.Mutex
+	counts    []uint64 // len(bounds)+1
+	sum       float64
+	count     uint64
+	exemplars []metricdata.Exemplar[float64] // per bucket; TraceID nil when none
+}
+
+func (h *histogram) init(bounds []float64) {
+	h.bounds = bounds
+	h.counts = make([]uint64, len(bounds)+1)
+	h.exemplars = make([]metricdata.Exemplar[float64], len(bounds)+1)
+}
+
+// record counts v; a sampled span in ctx becomes the bucket's exemplar.
+func (h *histogram) record(ctx context.Context, v float64, now time.Time) {
+	i := sort.SearchFloat64s(h.bounds, v) // bucket i holds (bounds[i-1], bounds[i]]
+	sc := trace.SpanContextFromContext(ctx)
+	h.mu.Lock()
+	h.counts[i]++
+	h.sum += v
+	h.count++
+	if sc.IsSampled() {
+		tid, sid := sc.TraceID(), sc.SpanID()
+		e := &h.exemplars[i]
+		e.Value, e.Time = v, now
+		e.TraceID, e.SpanID = append(e.TraceID[:0], tid[:]...), append(e.SpanID[:0], sid[:]...)
+	}
+	h.mu.Unlock()
+}
+
+// point returns the histogram's data point.
+func (h *histogram) point(attrs attribute.Set, start, now time.Time) metricdata.HistogramDataPoint[float64] {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := metricdata.HistogramDataPoint[float64]{Attributes: attrs, StartTime: start, Time: now,
+		Count: h.count, Bounds: h.bounds, BucketCounts: append([]uint64(nil), h.counts...), Sum: h.sum}
+	for _, e := range h.exemplars {
+		if e.TraceID != nil {
+			e.TraceID, e.SpanID = append([]byte(nil), e.TraceID...), append([]byte(nil), e.SpanID...)
+			p.Exemplars = append(p.Exemplars, e)
+		}
+	}
+	return p
+}
+
+// metrics returns the lane's state, making it on first use. Only lanes of
+// the watched limiter have events, so these are bounded by its MaxLanes.
+func (b *Bridge) metrics(lane string) *laneMetrics {
+	b.mu.RLock()
+	m := b.lanes[lane]
+	b.mu.RUnlock()
+	if m != nil {
+		m.missed.Store(false)
+		return m
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m = b.lanes[lane]; m == nil {
+		m = newLaneMetrics(lane, b.now())
+		b.lanes[lane] = m
+	}
+	return m
+}
+
+// forget drops a lane's series.
+func (b *Bridge) forget(lane string) {
+	b.mu.Lock()
+	delete(b.lanes, lane)
+	b.mu.Unlock()
+}
+
+// Produce returns every lane's metrics: the gauges read from the watched
+// limiter's snapshot (never summed from events, so they cannot drift), and
+// the counters and histograms fed by its events. It implements
+// go.opentelemetry.io/otel/sdk/metric.Producer: pass the bridge to a reader
+// with metric.WithProducer. A lane evicted by the limiter (or missing from
+// two snapshots in a row) has no series any more.
+func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	now := b.now()
+	var snap limiter.Snapshot
+	if lim := b.lim.Load(); lim != nil {
+		snap = lim.Snapshot()
+	}
+	live := make(map[string]bool, len(snap.Lanes))
+	for _, l := range snap.Lanes {
+		live[l.Lane] = true
+	}
+	b.mu.Lock()
+	keys := make([]string, 0, len(b.lanes))
+	for k, m := range b.lanes {
+		switch {
+		case live[k]:
+			m.missed.Store(false)
+		case m.missed.Swap(true): // an event raced the lane's eviction
+			delete(b.lanes, k)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	lanes := make([]*laneMetrics, 0, len(keys))
+	sort.Strings(keys)
+	for _, k := range keys {
+		lanes = append(lanes, b.lanes[k])
+	}
+	b.mu.Unlock()
+
+	var (
+		wait, first                          []metricdata.HistogramDataPoint[float64]
+		timeouts, canceled, retries, ups     []metricdata.DataPoint[int64]
+		inflight, depth, limit, reserve, sat []metricdata.DataPoint[int64]
+		oldest                               []metricdata.DataPoint[float64]
+	)
+	sum := func(dst *[]metricdata.DataPoint[int64], m *laneMetrics, attrs attribute.Set, v int64) {
+		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: m.start, Time: now, Value: v})
+	}
+	for _, m := range lanes {
+		for c := range m.wait {
+			wait = append(wait, m.wait[c].point(m.class[c], m.start, now))
+		}
+		first = append(first, m.first.point(m.lane, m.start, now))
+		sum(&timeouts, m, m.lane, m.timeouts.Load())
+		sum(&canceled, m, m.lane, m.canceled.Load())
+		sum(&retries, m, m.lane, m.retries.Load())
+		for o := range m.upstream {
+			sum(&ups, m, m.outcome[o], m.upstream[o].Load())
+		}
+	}
+	gauge := func(dst *[]metricdata.DataPoint[int64], attrs attribute.Set, v int64) {
+		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, Time: now, Value: v})
+	}
+	for _, l := range snap.Lanes {
+		a := attribute.NewSet(attribute.String("lane", l.Lane))
+		gauge(&inflight, a, int64(l.Inflight))
+		gauge(&limit, a, int64(l.Limit))
+		gauge(&reserve, a, int64(l.Reserve))
+		gauge(&sat, a, boolInt(l.Saturated))
+		oldest = append(oldest, metricdata.DataPoint[float64]{Attributes: a, Time: now, Value: float64(l.OldestWait)})
+		q := l.QueuedByPriority
+		for _, c := range []struct {
+			p limiter.Priority
+			n int
+		}{{limiter.Interactive, q.Interactive}, {limiter.Default, q.Default}, {limiter.Bulk, q.Bulk}} {
+			gauge(&depth, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("priority", c.p.String())), int64(c.n))
+		}
+	}
+	counter := func(name, unit, desc string, pts []metricdata.DataPoint[int64]) metricdata.Metrics {
+		return metricdata.Metrics{Name: name, Unit: unit, Description: desc,
+			Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: pts}}
+	}
+	hist := func(name, unit, desc string, pts []metricdata.HistogramDataPoint[float64]) metricdata.Metrics {
+		return metricdata.Metrics{Name: name, Unit: unit, Description: desc,
+			Data: metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality, DataPoints: pts}}
+	}
+	igauge := func(name, unit, desc string, pts []metricdata.DataPoint[int64]) metricdata.Metrics {
+		return metricdata.Metrics{Name: name, Unit: unit, Description: desc, Data: metricdata.Gauge[int64]{DataPoints: pts}}
+	}
+	ms := []metricdata.Metrics{
+		hist("llm.queue.wait", "s", "Time model calls waited for a lane slot, by lane and class, until a grant (immediate grants count as 0) or a queue timeout (the whole wait).", wait),
+		counter("llm.queue.timeouts", "{timeout}", "Model calls that gave up waiting for a lane slot after the queue timeout.", timeouts),
+		counter("llm.queue.cancellations", "{call}", "Model calls whose caller went away (its context ended) while they waited for a lane slot; not in the wait histogram.", canceled),
+		counter("llm.upstream.requests", "{request}", "Exchanges with the upstream gateway, by lane and outcome.", ups),
+		counter("llm.upstream.retries", "{retry}", "Exchanges that were retries of a call: recognised by the transport or marked by the SDK (X-Stainless-Retry-Count above 0).", retries),
+		hist("llm.upstream.first_byte", "s", "Time from sending a model call to the first byte of its response body (first token of a stream).", first),
+		igauge("llm.inflight", "{call}", "Model calls holding a lane slot.", inflight),
+		igauge("llm.queue.depth", "{call}", "Model calls waiting for a lane slot, by class.", depth),
+		igauge("llm.limit", "{call}", "The lane's configured limit (max_inflight).", limit),
+		igauge("llm.reserve", "{call}", "Slots reserved for interactive calls, as clamped.", reserve),
+		igauge("llm.saturated", "", "1 when the lane's queue has been non-empty for 60 s or more, else 0.", sat),
+		{Name: "llm.oldest_wait", Unit: "s", Description: "How long the lane's longest-waiting call has waited.",
+			Data: metricdata.Gauge[float64]{DataPoints: oldest}},
+	}
+	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}}, nil
+}
+
+func boolInt(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// seconds returns d in seconds, never below 0.
+func seconds(d time.Duration) float64 { return math.Max(0, d.Seconds()) }
