@@ -6,9 +6,11 @@
 //	lanes-exporter --config lanes.yaml
 //	lanes-exporter --demo
 //
-// Signals: SIGHUP reloads the configuration file (as POST /-/reload does);
-// SIGTERM or SIGINT stops accepting connections, lets calls in progress
-// finish for up to --shutdown-timeout, then exits.
+// Signals: SIGHUP reloads the configuration file (as POST /-/reload does,
+// with --web.enable-lifecycle); SIGTERM or SIGINT turns readiness false,
+// answers every queued call at once with 503 lane_shutting_down, stops
+// accepting connections, lets calls holding a slot finish for up to
+// --shutdown-timeout, then exits.
 package main
 
 import (
@@ -39,8 +41,9 @@ Usage:
 
 Routes: /proxy/<upstream>/... (the proxy; class from the X-LLM-Priority header:
 interactive, default or bulk), /metrics, /api/telemetry/llm-lanes,
-/api/telemetry/llm-lanes/classification, /healthz, POST /-/reload, and a status
-page at /.
+/api/telemetry/llm-lanes/classification, /api/telemetry/llm-lanes/budget,
+/healthz, /-/healthy, /-/ready, POST /-/reload (with --web.enable-lifecycle), and a
+status page at /.
 
 Flags:
 `)
@@ -51,6 +54,7 @@ Flags:
 	demo := fs.Bool("demo", false, "run against a built-in simulated gateway with a built-in load, to see every surface")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in progress may take to finish")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	lifecycle := fs.Bool("web.enable-lifecycle", false, "allow POST /-/reload (SIGHUP reloads in any case)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -95,7 +99,7 @@ Ctrl-C to stop.
 		if *listen != "" {
 			cfg.Listen = *listen
 		}
-		srv, err := exporter.New(cfg, exporter.Options{File: *config, Log: log})
+		srv, err := exporter.New(cfg, exporter.Options{File: *config, Log: log, EnableLifecycle: *lifecycle})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "lanes-exporter:", err)
 			return 1

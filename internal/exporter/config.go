@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ type Config struct {
 	Upstreams      []Upstream     `yaml:"upstreams"`
 	Metrics        MetricsConfig  `yaml:"metrics"`
 	Proxy          ProxyConfig    `yaml:"proxy"`
+	Limits         LimitsConfig   `yaml:"limits"`
+	Server         ServerConfig   `yaml:"server"`
 	Classification Classification `yaml:"classification"`
 	Targets        []Target       `yaml:"targets"`
 }
@@ -42,6 +45,9 @@ type Upstream struct {
 	Name     string `yaml:"name"`
 	BaseURL  string `yaml:"base_url"`
 	Capacity int    `yaml:"capacity"` // the gateway's real parallel capacity, 0 if unknown
+	// Models, when set, are the only models a call may name: exact ids or
+	// path.Match globs ("protolabs/*"). Others get a 403 model_not_allowed.
+	Models []string `yaml:"models"`
 }
 
 // MetricsConfig sets the metric name prefix.
@@ -49,11 +55,31 @@ type MetricsConfig struct {
 	Prefix string `yaml:"prefix"`
 }
 
-// ProxyConfig bounds proxied model calls.
+// ProxyConfig bounds proxied calls; a zero field takes its default.
 type ProxyConfig struct {
-	MaxBodyBytes          int64    `yaml:"max_body_bytes"`
-	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"`
-	StallTimeout          Duration `yaml:"stall_timeout"`
+	MaxBodyBytes          int64    `yaml:"max_body_bytes"`          // default 32 MiB
+	BodyReadTimeout       Duration `yaml:"body_read_timeout"`       // default 60 s
+	DialTimeout           Duration `yaml:"dial_timeout"`            // default 10 s
+	TLSHandshakeTimeout   Duration `yaml:"tls_handshake_timeout"`   // default 10 s
+	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"` // default 300 s, from when the slot is held
+	StallTimeout          Duration `yaml:"stall_timeout"`           // default 120 s
+}
+
+// LimitsConfig bounds what clients can make the exporter hold; a zero
+// field takes its default.
+type LimitsConfig struct {
+	MaxLanes       int      `yaml:"max_lanes"`        // default 1000
+	LaneIdleTTL    Duration `yaml:"lane_idle_ttl"`    // default 1 h
+	MaxQueuedBytes int64    `yaml:"max_queued_bytes"` // default 256 MiB
+	MaxModelBytes  int      `yaml:"max_model_bytes"`  // default 256
+}
+
+// ServerConfig bounds the connections of lanes-exporter's HTTP server; a
+// zero field takes its default.
+type ServerConfig struct {
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 10 s
+	IdleTimeout       Duration `yaml:"idle_timeout"`        // default 120 s
+	MaxHeaderBytes    int      `yaml:"max_header_bytes"`    // default 64 KiB
 }
 
 // Classification holds the classification thresholds.
@@ -93,8 +119,19 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // Defaults.
 const (
-	DefaultListen         = "127.0.0.1:9464"
-	DefaultTargetInterval = 10 * time.Second
+	DefaultListen                = "127.0.0.1:9464"
+	DefaultTargetInterval        = 10 * time.Second
+	DefaultMaxBodyBytes          = 32 << 20
+	DefaultBodyReadTimeout       = 60 * time.Second
+	DefaultDialTimeout           = 10 * time.Second
+	DefaultTLSHandshakeTimeout   = 10 * time.Second
+	DefaultResponseHeaderTimeout = 300 * time.Second
+	DefaultStallTimeout          = 120 * time.Second
+	DefaultMaxQueuedBytes        = 256 << 20
+	DefaultMaxModelBytes         = 256
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultIdleTimeout           = 120 * time.Second
+	DefaultMaxHeaderBytes        = 64 << 10
 )
 
 var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
@@ -179,7 +216,7 @@ func (c *Config) check() error {
 		seen[u.Name] = true
 		p, err := url.Parse(u.BaseURL)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
-			return keyErr(k+".base_url", "%q: want an http or https URL such as https://gw.example/v1", u.BaseURL)
+			return keyErr(k+".base_url", "%q: want an http or https URL without a query, such as https://gw.example/v1", redactURL(u.BaseURL))
 		}
 		if p.User != nil {
 			return keyErr(k+".base_url", "carries credentials: send them as the clients' Authorization header instead")
@@ -188,6 +225,11 @@ func (c *Config) check() error {
 		if u.Capacity < 0 {
 			return keyErr(k+".capacity", "is %d: want 0 (unknown) or more", u.Capacity)
 		}
+		for j, m := range u.Models {
+			if _, err := path.Match(m, ""); err != nil || m == "" {
+				return keyErr(fmt.Sprintf("%s.models[%d]", k, j), "%q: want a model id or a glob such as protolabs/*", m)
+			}
+		}
 	}
 	if c.Metrics.Prefix == "" {
 		c.Metrics.Prefix = telemetry.DefaultPrefix
@@ -195,14 +237,8 @@ func (c *Config) check() error {
 	if err := telemetry.ValidatePrefix(c.Metrics.Prefix); err != nil {
 		return keyErr("metrics.prefix", "%v", err)
 	}
-	if c.Proxy.MaxBodyBytes < 0 {
-		return keyErr("proxy.max_body_bytes", "is %d: want 0 (the default, 32 MiB) or more", c.Proxy.MaxBodyBytes)
-	}
-	if c.Proxy.ResponseHeaderTimeout < 0 {
-		return keyErr("proxy.response_header_timeout", "is negative")
-	}
-	if c.Proxy.StallTimeout < 0 {
-		return keyErr("proxy.stall_timeout", "is negative")
+	if err := c.checkBounds(); err != nil {
+		return err
 	}
 	if err := c.thresholds().Validate(); err != nil {
 		return keyErr("classification", "%v", err)
@@ -215,7 +251,7 @@ func (c *Config) check() error {
 		}
 		names[t.Name] = true
 		if p, err := url.Parse(t.URL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return keyErr(k+".url", "%q: want the http URL of a D8 snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", t.URL)
+			return keyErr(k+".url", "%q: want the http URL of a D8 snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", redactURL(t.URL))
 		}
 		if t.Interval < 0 {
 			return keyErr(k+".interval", "is negative")
@@ -231,6 +267,7 @@ func (c *Config) check() error {
 func (c *Config) limiterConfig() limiter.Config {
 	lc := limiter.DefaultConfig()
 	lc.MaxInflight = c.Limiter.MaxInflight
+	lc.MaxLanes, lc.LaneIdleTTL = c.Limits.MaxLanes, time.Duration(c.Limits.LaneIdleTTL)
 	if c.Limiter.QueueTimeout > 0 {
 		lc.QueueTimeout = time.Duration(c.Limiter.QueueTimeout)
 	}
@@ -256,4 +293,82 @@ func (c *Config) thresholds() classify.Thresholds {
 		th.Retries = v
 	}
 	return th
+}
+
+// checkBounds checks the proxy, limits and server sections, and fills in
+// their defaults.
+func (c *Config) checkBounds() error {
+	for _, b := range []struct {
+		key string
+		v   *int64
+		def int64
+	}{
+		{"proxy.max_body_bytes", &c.Proxy.MaxBodyBytes, DefaultMaxBodyBytes},
+		{"limits.max_queued_bytes", &c.Limits.MaxQueuedBytes, DefaultMaxQueuedBytes},
+	} {
+		if *b.v < 0 {
+			return keyErr(b.key, "is %d: want 0 (the default, %d) or more", *b.v, b.def)
+		}
+		if *b.v == 0 {
+			*b.v = b.def
+		}
+	}
+	for _, b := range []struct {
+		key string
+		v   *int
+		def int
+	}{
+		{"limits.max_lanes", &c.Limits.MaxLanes, limiter.DefaultMaxLanes},
+		{"limits.max_model_bytes", &c.Limits.MaxModelBytes, DefaultMaxModelBytes},
+		{"server.max_header_bytes", &c.Server.MaxHeaderBytes, DefaultMaxHeaderBytes},
+	} {
+		if *b.v < 0 {
+			return keyErr(b.key, "is %d: want 0 (the default, %d) or more", *b.v, b.def)
+		}
+		if *b.v == 0 {
+			*b.v = b.def
+		}
+	}
+	for _, b := range []struct {
+		key string
+		v   *Duration
+		def time.Duration
+	}{
+		{"proxy.body_read_timeout", &c.Proxy.BodyReadTimeout, DefaultBodyReadTimeout},
+		{"proxy.dial_timeout", &c.Proxy.DialTimeout, DefaultDialTimeout},
+		{"proxy.tls_handshake_timeout", &c.Proxy.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout},
+		{"proxy.response_header_timeout", &c.Proxy.ResponseHeaderTimeout, DefaultResponseHeaderTimeout},
+		{"proxy.stall_timeout", &c.Proxy.StallTimeout, DefaultStallTimeout},
+		{"limits.lane_idle_ttl", &c.Limits.LaneIdleTTL, limiter.DefaultLaneIdleTTL},
+		{"server.read_header_timeout", &c.Server.ReadHeaderTimeout, DefaultReadHeaderTimeout},
+		{"server.idle_timeout", &c.Server.IdleTimeout, DefaultIdleTimeout},
+	} {
+		if *b.v < 0 {
+			return keyErr(b.key, "is %s: want 0 (the default, %s) or more", time.Duration(*b.v), b.def)
+		}
+		if *b.v == 0 {
+			*b.v = Duration(b.def)
+		}
+	}
+	return nil
+}
+
+// redactURL returns s with its user info and its query values replaced,
+// for messages: a URL in a config file may carry a key.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"REDACTED"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }

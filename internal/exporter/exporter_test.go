@@ -94,7 +94,7 @@ func newProxy(t *testing.T, yaml string) *proxyRig {
 	}
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
-	r.srv, err = New(cfg, Options{File: file, Clock: r.clock, Base: base, Observers: []limiter.Observer{
+	r.srv, err = New(cfg, Options{File: file, Clock: r.clock, Base: base, EnableLifecycle: true, Observers: []limiter.Observer{
 		func(_ context.Context, e limiter.Event) {
 			if e.Kind == limiter.Enqueued {
 				r.queued <- struct{}{}
@@ -228,8 +228,10 @@ func TestProxyQueueTimeoutWithOpenAI(t *testing.T) {
 		t.Fatal("the call never ended (retried into the queue?)")
 	}
 	var apiErr *openai.Error
+	// The client sees the upstream's configured name, not its address.
 	if !errors.As(err2, &apiErr) || apiErr.StatusCode != 503 || apiErr.Code != "lane_queue_timeout" ||
-		!strings.Contains(apiErr.Message, r.lane("protolabs/smart")) || apiErr.Response.Header.Get("X-Should-Retry") != "false" {
+		!strings.Contains(apiErr.Message, `"gw|protolabs/smart"`) || strings.Contains(apiErr.RawJSON(), r.up.srv.URL) ||
+		apiErr.Response.Header.Get("X-Should-Retry") != "false" {
 		t.Fatalf("err %v", err2)
 	}
 	// Retry-After: with no hold time known yet, one queue timeout; the

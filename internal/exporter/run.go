@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -24,16 +23,24 @@ func Start(s *Server, addr string) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
+	sc := s.cfg.Load().Server // read at start, like listen
 	l := &Listener{Server: s, Addr: ln.Addr().String(), done: make(chan error, 1),
-		http: &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}}
+		http: &http.Server{Handler: s.Handler(),
+			ReadHeaderTimeout: time.Duration(sc.ReadHeaderTimeout),
+			IdleTimeout:       time.Duration(sc.IdleTimeout),
+			MaxHeaderBytes:    sc.MaxHeaderBytes,
+			ErrorLog:          slogLogger(s.log)}}
 	go func() { l.done <- l.http.Serve(ln) }()
 	return l, nil
 }
 
-// Shutdown stops accepting connections, lets requests in progress (streams
-// included) finish until ctx ends, then closes what is left.
+// Shutdown shuts the exporter down: readiness turns false and every call
+// waiting for a slot is answered at once with 503 lane_shutting_down (as is
+// every call that still arrives: none reaches the gateway); the server
+// stops accepting connections; calls holding a slot (streams included) may
+// finish until ctx ends; then what is left is closed.
 func (l *Listener) Shutdown(ctx context.Context) error {
+	l.Server.Stop()
 	err := l.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		l.Server.log.Warn("shutdown deadline passed; closing the remaining connections")

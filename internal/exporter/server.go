@@ -5,28 +5,20 @@ package exporter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/llmlanes/llmlanes/limiter"
-	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
-
-// PriorityHeader carries a proxied call's class; it is stripped before
-// forwarding.
-const PriorityHeader = "X-LLM-Priority"
 
 // Server is a running lanes-exporter's state.
 type Server struct {
@@ -43,34 +35,44 @@ type Server struct {
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
 	polls      atomic.Pointer[pollers]
+	lastPoll   sync.Map // target URL → time of its last poll, across reloads
 	buffers    bufferPool
+	queued     *semaphore.Weighted // bytes of request bodies held, bounded by limits.max_queued_bytes
+	lifecycle  bool
+	stopping   atomic.Bool // shutdown has begun: not ready, every call refused
 }
 
 func (s *Server) targets() *pollers { return s.polls.Load() }
-
-type upstream struct {
-	cfg   Upstream
-	proxy *httputil.ReverseProxy
-}
 
 // Options are the parts of a Server that are not in the configuration file.
 type Options struct {
 	File  string            // reload source; "" disables reloading from a file
 	Log   *slog.Logger      // nil: slog.Default()
 	Clock limiter.Clock     // nil: the system clock
-	Base  http.RoundTripper // nil: a new http.Transport
+	Base  http.RoundTripper // nil: a new http.Transport with the proxy's dial and TLS timeouts
 	// Observers are told the limiter's events beside the telemetry.
 	Observers []limiter.Observer
+	// EnableLifecycle allows POST /-/reload (the --web.enable-lifecycle
+	// flag, as in Prometheus); SIGHUP reloads in any case.
+	EnableLifecycle bool
 }
 
 // New builds a server from a checked configuration.
 func New(cfg *Config, o Options) (*Server, error) {
-	s := &Server{file: o.File, log: o.Log, base: o.Base, mux: http.NewServeMux()}
+	s := &Server{file: o.File, log: o.Log, base: o.Base, mux: http.NewServeMux(), lifecycle: o.EnableLifecycle,
+		queued: semaphore.NewWeighted(cfg.Limits.MaxQueuedBytes)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if s.base == nil {
-		s.base = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true}
+		// Dial and TLS bounds are read at start; the response header bound
+		// covers calls outside the lanes (a lane's own starts once its slot
+		// is held, in lanehttp).
+		s.base = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true,
+			DialContext:           (&net.Dialer{Timeout: time.Duration(cfg.Proxy.DialTimeout), KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   time.Duration(cfg.Proxy.TLSHandshakeTimeout),
+			ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
+		}
 	}
 	tel, err := telemetry.New(telemetry.Options{Prefix: cfg.Metrics.Prefix, Thresholds: cfg.thresholds()})
 	if err != nil {
@@ -102,7 +104,9 @@ func New(cfg *Config, o Options) (*Server, error) {
 
 	tel.Register(s.mux)
 	s.mux.HandleFunc("/proxy/{upstream}/{rest...}", s.serveProxy)
-	s.mux.HandleFunc("POST /-/reload", s.serveReload)
+	s.mux.HandleFunc("/-/reload", s.serveReload)
+	s.mux.HandleFunc("GET /-/healthy", s.serveHealthy)
+	s.mux.HandleFunc("GET /-/ready", s.serveReady)
 	s.mux.HandleFunc("GET /api/telemetry/llm-lanes/budget", s.serveBudget)
 	s.mux.HandleFunc("GET /{$}", s.serveStatus)
 	return s, nil
@@ -128,7 +132,7 @@ func (s *Server) apply(cfg *Config) {
 	ups := make(map[string]*upstream, len(cfg.Upstreams))
 	bases := make(map[string]string, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
-		ups[u.Name] = s.newUpstream(u, cfg.Proxy)
+		ups[u.Name] = s.newUpstream(u, cfg)
 		bases[u.Name] = u.BaseURL
 	}
 	s.tel.SetUpstreams(bases)
@@ -137,125 +141,6 @@ func (s *Server) apply(cfg *Config) {
 	if old := s.polls.Swap(s.startTargets(cfg.Targets)); old != nil {
 		old.stop()
 	}
-}
-
-func (s *Server) newUpstream(u Upstream, pc ProxyConfig) *upstream {
-	target, _ := url.Parse(u.BaseURL) // checked
-	lanes := &lanehttp.Transport{
-		Limiter:               s.lim,
-		Base:                  s.base,
-		Lane:                  func(_ *http.Request, model string) string { return u.BaseURL + "|" + model },
-		MaxBodyBytes:          pc.MaxBodyBytes,
-		ResponseHeaderTimeout: time.Duration(pc.ResponseHeaderTimeout),
-		StallTimeout:          time.Duration(pc.StallTimeout),
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			out := pr.Out.URL
-			out.Scheme, out.Host, out.User = target.Scheme, target.Host, nil
-			out.Path = target.Path + "/" + pr.In.PathValue("rest")
-			out.RawPath = ""
-			out.RawQuery = pr.In.URL.RawQuery
-			pr.Out.Host = target.Host
-			pr.Out.Header.Del(PriorityHeader)
-		},
-		Transport:     s.tel.Bridge().Transport(lanes),
-		FlushInterval: -1, // streams pass through chunk by chunk
-		ErrorHandler:  s.proxyError(u.Name),
-		BufferPool:    &s.buffers,
-	}
-	return &upstream{cfg: u, proxy: rp}
-}
-
-// bufferPool recycles the proxy's 32 KiB copy buffers, which it would
-// otherwise allocate for every call.
-type bufferPool struct{ pool sync.Pool }
-
-func (p *bufferPool) Get() []byte {
-	if b, ok := p.pool.Get().(*[]byte); ok {
-		return *b
-	}
-	return make([]byte, 32<<10)
-}
-
-func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
-
-// serveProxy forwards /proxy/{upstream}/<rest> to <base_url>/<rest>.
-func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("upstream")
-	u := (*s.ups.Load())[name]
-	if u == nil {
-		writeError(w, http.StatusNotFound, "unknown_upstream", fmt.Sprintf("no upstream named %q is configured", name))
-		return
-	}
-	if rest := r.PathValue("rest"); hasDotSegment(rest) {
-		writeError(w, http.StatusBadRequest, "invalid_path", "the path may not contain . or .. segments")
-		return
-	}
-	ctx := r.Context()
-	if v := r.Header.Get(PriorityHeader); v != "" {
-		p, err := limiter.ParsePriority(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_priority", fmt.Sprintf("%s: %v", PriorityHeader, err))
-			return
-		}
-		ctx = limiter.WithPriority(ctx, p)
-	}
-	// Each proxied request is one acquisition. A client's retry of a call
-	// seen in the last few minutes queues with that call's first arrival
-	// (lanehttp recognises it from its own memory, never from what the
-	// client claims).
-	u.proxy.ServeHTTP(w, r.WithContext(ctx))
-}
-
-func hasDotSegment(p string) bool {
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
-// proxyError answers a request the upstream could not serve. It logs the
-// cause without the URL (which may carry a key in its query) or headers.
-func (s *Server) proxyError(name string) func(http.ResponseWriter, *http.Request, error) {
-	return func(w http.ResponseWriter, r *http.Request, err error) {
-		var se *lanehttp.StallError
-		switch {
-		case r.Context().Err() != nil:
-			return // the client is gone; its slot is already free
-		case errors.As(err, &se):
-			s.log.Warn("upstream stalled", "upstream", name, "lane", se.Lane, "phase", se.Phase, "after", se.After)
-			writeError(w, http.StatusGatewayTimeout, "upstream_stall", se.Error())
-		default:
-			err = withoutURL(err)
-			s.log.Warn("upstream unreachable", "upstream", name, "err", err.Error())
-			writeError(w, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("upstream %q: %v", name, err))
-		}
-	}
-}
-
-// withoutURL drops the URL that net/http puts in front of a transport
-// error: it may carry a key in its query, and must not reach a log.
-func withoutURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// writeError answers with an OpenAI-style JSON error.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	b, _ := json.Marshal(lanehttp.ErrorBody{Error: lanehttp.ErrorDetail{Message: msg, Type: typ, Code: code}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
 }
 
 // Reload reads the configuration file again and puts it in force; a
@@ -285,13 +170,12 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-func (s *Server) serveReload(w http.ResponseWriter, _ *http.Request) {
-	if err := s.Reload(); err != nil {
-		writeError(w, http.StatusBadRequest, "reload_refused", err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintln(w, `{"status":"reloaded"}`)
+// Stop begins the shutdown: readiness turns false, every call waiting for
+// a slot is answered at once with 503 lane_shutting_down, and every later
+// call is too (none reaches the gateway); calls holding a slot run on.
+func (s *Server) Stop() {
+	s.stopping.Store(true)
+	s.lim.Shutdown()
 }
 
 // Shutdown stops the target pollers and the telemetry, and closes idle

@@ -48,10 +48,22 @@ func (s *Server) startTargets(cfg []Target) *pollers {
 		go func() {
 			defer p.wg.Done()
 			every := time.Duration(c.Interval)
+			// A reload restarts the pollers; a target is still polled at
+			// most once per minPollGap, however often the file is reloaded.
+			if v, ok := s.lastPoll.Load(c.URL); ok {
+				if wait := minPollGap - time.Since(v.(time.Time)); wait > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(wait):
+					}
+				}
+			}
 			tick := time.NewTicker(every)
 			defer tick.Stop()
 			for {
-				t.poll(ctx, client, every)
+				s.lastPoll.Store(c.URL, time.Now())
+				t.poll(ctx, client, every, s.cfg.Load().Limits.MaxLanes)
 				select {
 				case <-ctx.Done():
 					return
@@ -71,10 +83,19 @@ func (p *pollers) stop() {
 // maxSnapshotBytes bounds a target's answer.
 const maxSnapshotBytes = 8 << 20
 
-func (t *target) poll(ctx context.Context, client *http.Client, timeout time.Duration) {
+// minPollGap is the least time between two polls of one target.
+const minPollGap = time.Second
+
+// poll fetches the target's snapshot. Of its lanes, at most maxLanes are
+// kept (the first, in key order), as for this process's own lanes: another
+// process's answer cannot blow up this one's metrics.
+func (t *target) poll(ctx context.Context, client *http.Client, timeout time.Duration, maxLanes int) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	snap, err := fetchSnapshot(ctx, client, t.cfg.URL)
+	if err == nil && len(snap.Lanes) > maxLanes {
+		snap.Lanes = snap.Lanes[:maxLanes]
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {

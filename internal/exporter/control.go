@@ -1,0 +1,77 @@
+package exporter
+
+import (
+	"fmt"
+	"log"
+	"log/slog"
+	"mime"
+	"net/http"
+)
+
+// serveReload reloads the configuration file: only when the process was
+// started with --web.enable-lifecycle (as Prometheus does), and never for a
+// request a browser page could send on its own (one with an Origin header,
+// or a "simple" content type that needs no CORS preflight), so that no web
+// page a local user opens can reload the exporter.
+func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "POST /-/reload reloads the configuration file")
+		return
+	case !s.lifecycle:
+		writeError(w, http.StatusForbidden, "lifecycle_disabled", "reloading over HTTP is off: start lanes-exporter with --web.enable-lifecycle, or send it SIGHUP")
+		return
+	case r.Header.Get("Origin") != "":
+		writeError(w, http.StatusForbidden, "cross_origin", "reload requests from web pages (with an Origin header) are refused")
+		return
+	case simpleContentType(r.Header.Get("Content-Type")):
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send no body, or Content-Type: application/json")
+		return
+	}
+	if err := s.Reload(); err != nil {
+		writeError(w, http.StatusBadRequest, "reload_refused", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintln(w, `{"status":"reloaded"}`)
+}
+
+// simpleContentType reports whether ct is one a browser sends cross-origin
+// without a preflight.
+func simpleContentType(ct string) bool {
+	if ct == "" {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return true // unparsable: refuse
+	}
+	switch mt {
+	case "application/x-www-form-urlencoded", "multipart/form-data", "text/plain":
+		return true
+	}
+	return false
+}
+
+// serveHealthy answers while the process runs (liveness).
+func (s *Server) serveHealthy(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "lanes-exporter is healthy")
+}
+
+// serveReady answers 200 while the exporter takes calls, and 503 once
+// shutdown has begun (readiness: a load balancer stops sending calls).
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if s.stopping.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "lanes-exporter is shutting down")
+		return
+	}
+	fmt.Fprintln(w, "lanes-exporter is ready")
+}
+
+// slogLogger sends what net/http logs (a reverse proxy's errors, a
+// server's) through log, at warning level.
+func slogLogger(l *slog.Logger) *log.Logger { return slog.NewLogLogger(l.Handler(), slog.LevelWarn) }

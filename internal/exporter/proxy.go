@@ -1,0 +1,345 @@
+package exporter
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+)
+
+// PriorityHeader carries a proxied call's class; it is stripped before
+// forwarding.
+const PriorityHeader = "X-LLM-Priority"
+
+type upstream struct {
+	cfg   Upstream
+	proxy *httputil.ReverseProxy
+}
+
+// name is how clients see a lane of this upstream: the upstream's
+// configured name and the model, never the gateway's internal address.
+func (u *upstream) name(lane string) string {
+	_, model := limiter.SplitLaneKey(lane)
+	return u.cfg.Name + "|" + model
+}
+
+func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
+	target, _ := url.Parse(u.BaseURL) // checked
+	up := &upstream{cfg: u}
+	lanes := &lanehttp.Transport{
+		Limiter:               s.lim,
+		Base:                  s.base,
+		Lane:                  func(_ *http.Request, model string) string { return u.BaseURL + "|" + model },
+		MaxBodyBytes:          cfg.Proxy.MaxBodyBytes,
+		ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
+		StallTimeout:          time.Duration(cfg.Proxy.StallTimeout),
+		Describe:              up.name,
+	}
+	up.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			out := pr.Out.URL
+			out.Scheme, out.Host, out.User = target.Scheme, target.Host, nil
+			out.Path = target.Path + "/" + pr.In.PathValue("rest")
+			out.RawPath = ""
+			out.RawQuery = pr.In.URL.RawQuery
+			pr.Out.Host = target.Host
+			pr.Out.Header.Del(PriorityHeader)
+		},
+		Transport:     s.tel.Bridge().Transport(lanes),
+		FlushInterval: -1, // streams pass through chunk by chunk
+		ErrorHandler:  s.proxyError(up),
+		BufferPool:    &s.buffers,
+		ErrorLog:      slogLogger(s.log),
+	}
+	return up
+}
+
+// bufferPool recycles the proxy's 32 KiB copy buffers, which it would
+// otherwise allocate for every call.
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 32<<10)
+}
+
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+
+// serveProxy forwards /proxy/{upstream}/<rest> to <base_url>/<rest>.
+//
+// A model call's body is read here first, as it arrives (never allocating a
+// length the client merely declares), within proxy.body_read_timeout and
+// proxy.max_body_bytes, counted against limits.max_queued_bytes for as long
+// as the call lasts, and checked: JSON, a model, the model's length,
+// characters and the upstream's allow-list. Only then does it queue for a
+// slot. Anything wrong is a 4xx JSON error, and nothing reaches the gateway.
+func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
+	if s.stopping.Load() {
+		writeShuttingDown(w)
+		return
+	}
+	name := r.PathValue("upstream")
+	u := (*s.ups.Load())[name]
+	if u == nil {
+		writeError(w, http.StatusNotFound, "unknown_upstream", fmt.Sprintf("no upstream named %q is configured", name))
+		return
+	}
+	if rest := r.PathValue("rest"); hasDotSegment(rest) {
+		writeError(w, http.StatusBadRequest, "invalid_path", "the path may not contain . or .. segments")
+		return
+	}
+	ctx := r.Context()
+	if v := r.Header.Get(PriorityHeader); v != "" {
+		p, err := limiter.ParsePriority(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_priority", fmt.Sprintf("%s: %v", PriorityHeader, err))
+			return
+		}
+		ctx = limiter.WithPriority(ctx, p)
+	}
+	rc := http.NewResponseController(w)
+	cfg := s.cfg.Load()
+	if r.Method == http.MethodPost && lanehttp.IsModelCall(r) {
+		body, release, ok := s.readModelCall(w, r, rc, u, cfg)
+		if !ok {
+			return
+		}
+		defer release()
+		r.Body, r.ContentLength, r.TransferEncoding = lanehttp.NewBody(body), int64(len(body)), nil
+	} else {
+		// The body streams through as it arrives. Without full duplex, the
+		// HTTP/1 server closes the request body once the response starts
+		// (golang/go#40747), which cuts a call whose body is still being
+		// copied upstream when the upstream answers.
+		_ = rc.EnableFullDuplex() // HTTP/2 is full duplex already
+		r.Body = &watchedBody{ReadCloser: r.Body}
+	}
+	// Each proxied request is one acquisition. A client's retry of a call
+	// seen in the last few minutes queues with that call's first arrival
+	// (lanehttp recognises it from its own memory, never from what the
+	// client claims).
+	u.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// readModelCall reads and checks a model call's body. It answers the client
+// itself and returns ok false when the call goes no further.
+func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, u *upstream, cfg *Config) (body []byte, release func(), ok bool) {
+	limit := cfg.Proxy.MaxBodyBytes
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the body declares %d bytes; proxy.max_body_bytes is %d", r.ContentLength, limit))
+		return nil, nil, false
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(cfg.Proxy.BodyReadTimeout)))
+	b, held, err := s.readBounded(r.Body, limit)
+	_ = rc.SetReadDeadline(time.Time{})
+	release = func() { s.queued.Release(held) }
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		release()
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the body is over proxy.max_body_bytes (%d)", limit))
+		return nil, nil, false
+	case errors.Is(err, errQueuedBytes):
+		release()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "queued_bytes_limit", fmt.Sprintf(
+			"the bodies of the calls in progress take limits.max_queued_bytes (%d) already; send the call again shortly", cfg.Limits.MaxQueuedBytes))
+		return nil, nil, false
+	case err != nil:
+		release()
+		if r.Context().Err() == nil {
+			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read: "+err.Error())
+		}
+		return nil, nil, false
+	}
+	model, err := lanehttp.ModelOf(b)
+	if err == nil {
+		err = checkModel(model, u.cfg.Models, cfg.Limits.MaxModelBytes)
+	}
+	if err != nil {
+		release()
+		status, code := http.StatusBadRequest, "invalid_json"
+		var me *modelError
+		switch {
+		case errors.As(err, &me):
+			status, code = me.status, me.code
+		case errors.Is(err, lanehttp.ErrNoModel):
+			code = "missing_model"
+		}
+		writeError(w, status, code, err.Error())
+		return nil, nil, false
+	}
+	return b, release, true
+}
+
+var (
+	errBodyTooLarge = errors.New("body too large")
+	errQueuedBytes  = errors.New("max_queued_bytes reached")
+)
+
+// readBounded reads a body up to limit bytes, reserving each chunk from the
+// queued-bytes budget before keeping it: memory follows the bytes that
+// arrive, and the total held by every call is bounded. It returns what it
+// reserved, to be released, whatever the outcome.
+func (s *Server) readBounded(body io.Reader, limit int64) (b []byte, held int64, err error) {
+	var buf bytes.Buffer
+	chunk := make([]byte, 32<<10)
+	for {
+		n, rerr := body.Read(chunk)
+		if n > 0 {
+			if int64(buf.Len()+n) > limit {
+				return nil, held, errBodyTooLarge
+			}
+			if !s.queued.TryAcquire(int64(n)) {
+				return nil, held, errQueuedBytes
+			}
+			held += int64(n)
+			buf.Write(chunk[:n])
+		}
+		if rerr == io.EOF {
+			return buf.Bytes(), held, nil
+		}
+		if rerr != nil {
+			return nil, held, rerr
+		}
+	}
+}
+
+// modelError is a model id the proxy refuses.
+type modelError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *modelError) Error() string { return e.msg }
+
+// checkModel refuses a model id that is too long, has characters no model
+// id needs (they end up in lane keys and metric labels), or is not in the
+// upstream's allow-list.
+func checkModel(m string, allowed []string, maxBytes int) error {
+	if len(m) > maxBytes {
+		return &modelError{http.StatusBadRequest, "model_too_long", fmt.Sprintf("the model id is %d bytes; limits.max_model_bytes is %d", len(m), maxBytes)}
+	}
+	for i := 0; i < len(m); i++ {
+		if !modelByte(m[i]) {
+			return &modelError{http.StatusBadRequest, "invalid_model",
+				fmt.Sprintf("the model id has a character (byte %d) outside letters, digits and . _ - / : @ + = , ~", i)}
+		}
+	}
+	if len(allowed) == 0 {
+		return nil
+	}
+	for _, pat := range allowed {
+		if ok, _ := path.Match(pat, m); ok {
+			return nil
+		}
+	}
+	return &modelError{http.StatusForbidden, "model_not_allowed", fmt.Sprintf("model %q is not in this upstream's models list", m)}
+}
+
+func modelByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("._-/:@+=,~", c) >= 0
+}
+
+// watchedBody notes whether reading the client's body failed, so that a
+// malformed body (bad chunking, cut short) is answered 400, not 502.
+type watchedBody struct {
+	io.ReadCloser
+	failed atomic.Bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.failed.Store(true)
+	}
+	return n, err
+}
+
+func hasDotSegment(p string) bool {
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// proxyError answers a request the upstream could not serve. It logs the
+// cause without the URL (which may carry a key in its query) or headers,
+// and names the upstream by its configured name.
+func (s *Server) proxyError(u *upstream) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		var se *lanehttp.StallError
+		switch {
+		case r.Context().Err() != nil:
+			return // the client is gone; its slot is already free
+		case bodyFailed(r):
+			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read")
+		case errors.As(err, &se):
+			named := *se
+			named.Lane = u.name(se.Lane)
+			s.log.Warn("upstream stalled", "upstream", u.cfg.Name, "lane", named.Lane, "phase", se.Phase, "after", se.After)
+			writeError(w, http.StatusGatewayTimeout, "upstream_stall", named.Error())
+		default:
+			err = withoutURL(err)
+			s.log.Warn("upstream unreachable", "upstream", u.cfg.Name, "err", err.Error())
+			writeError(w, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("upstream %q: %v", u.cfg.Name, err))
+		}
+	}
+}
+
+func bodyFailed(r *http.Request) bool {
+	wb, ok := r.Body.(*watchedBody)
+	return ok && wb.failed.Load()
+}
+
+// withoutURL drops the URL that net/http puts in front of a transport
+// error: it may carry a key in its query, and must not reach a log.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// writeError answers with an OpenAI-style JSON error.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	b, _ := json.Marshal(lanehttp.ErrorBody{Error: lanehttp.ErrorDetail{Message: msg, Type: typ, Code: code}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// writeShuttingDown answers a call that arrives once shutdown has begun:
+// retryable, elsewhere.
+func writeShuttingDown(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	writeError(w, http.StatusServiceUnavailable, lanehttp.ShuttingDownCode,
+		"lanes-exporter is shutting down and takes no more calls; send the call again (to another instance)")
+}
