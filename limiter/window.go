@@ -18,7 +18,8 @@ import (
 // time out at 300 s reports 300.0), and never off by more than the bucket's
 // width, 1.6%. Memory per lane is bounded whatever the grant rate: 31 step
 // histograms of 7.7 KB plus their 10.5 KB sum, about 250 KB at most,
-// allocated only for the steps in which a queued wait ended. Immediate grants
+// allocated only once a queued wait has ended (the sum) and for the steps in
+// which one did. A lane whose calls never queue keeps none: immediate grants
 // (wait 0) are a counter and allocate nothing.
 const (
 	windowStep  = 10 * time.Second
@@ -121,7 +122,7 @@ type window struct {
 	timeouts uint64
 	granted  uint64
 	busy     time.Duration
-	waits    sumHist // waits above 0: queued grants and queue timeouts
+	waits    *sumHist // waits above 0 (queued grants and queue timeouts); nil until the first
 	nwaits   uint64
 	upstream upstreamCounts
 }
@@ -189,6 +190,9 @@ func (w *window) recordWait(now time.Time, d time.Duration) {
 		sl.waits = new(stepHist)
 	}
 	i := histIndex(ds)
+	if w.waits == nil {
+		w.waits = new(sumHist)
+	}
 	sl.waits.n[i]++
 	w.waits.n[i]++
 	w.nwaits++

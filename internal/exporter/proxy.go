@@ -1,7 +1,7 @@
 package exporter
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -58,11 +59,12 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del(PriorityHeader)
 		},
-		Transport:     s.tel.Bridge().Transport(lanes),
-		FlushInterval: -1, // streams pass through chunk by chunk
-		ErrorHandler:  s.proxyError(up),
-		BufferPool:    &s.buffers,
-		ErrorLog:      slogLogger(s.log),
+		Transport:      s.tel.Bridge().Transport(lanes),
+		FlushInterval:  -1, // streams pass through chunk by chunk
+		ModifyResponse: checkClientBody,
+		ErrorHandler:   s.proxyError(up),
+		BufferPool:     &s.buffers,
+		ErrorLog:       slogLogger(s.log),
 	}
 	return up
 }
@@ -127,7 +129,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		// (golang/go#40747), which cuts a call whose body is still being
 		// copied upstream when the upstream answers.
 		_ = rc.EnableFullDuplex() // HTTP/2 is full duplex already
-		r.Body = &watchedBody{ReadCloser: r.Body}
+		wb := &watchedBody{ReadCloser: r.Body}
+		r.Body, ctx = wb, context.WithValue(ctx, watchKey{}, wb)
 	}
 	// Each proxied request is one acquisition. A client's retry of a call
 	// seen in the last few minutes queues with that call's first arrival
@@ -159,10 +162,16 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 		writeError(w, http.StatusServiceUnavailable, "queued_bytes_limit", fmt.Sprintf(
 			"the bodies of the calls in progress take limits.max_queued_bytes (%d) already; send the call again shortly", cfg.Limits.MaxQueuedBytes))
 		return nil, nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		release()
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, "body_read_timeout", fmt.Sprintf(
+			"the request body did not arrive within proxy.body_read_timeout (%s)", time.Duration(cfg.Proxy.BodyReadTimeout)))
+		return nil, nil, false
 	case err != nil:
 		release()
 		if r.Context().Err() == nil {
-			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read: "+err.Error())
+			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read: "+withoutURL(err).Error())
 		}
 		return nil, nil, false
 	}
@@ -191,32 +200,48 @@ var (
 	errQueuedBytes  = errors.New("max_queued_bytes reached")
 )
 
-// readBounded reads a body up to limit bytes, reserving each chunk from the
-// queued-bytes budget before keeping it: memory follows the bytes that
-// arrive, and the total held by every call is bounded. It returns what it
-// reserved, to be released, whatever the outcome.
+// readChunk is the unit in which bodies are read and counted.
+const readChunk = 32 << 10
+
+// readBounded reads a body up to limit bytes. It reserves each 32 KiB chunk
+// from the queued-bytes budget before allocating it, so memory follows the
+// bytes that arrive (never a declared length) and the total held by every
+// call in progress stays within limits.max_queued_bytes; the chunks are
+// joined once the body is whole. It returns what it holds reserved, to be
+// released when the call ends, whatever the outcome.
 func (s *Server) readBounded(body io.Reader, limit int64) (b []byte, held int64, err error) {
-	var buf bytes.Buffer
-	chunk := make([]byte, 32<<10)
+	var chunks [][]byte
+	var total int64
 	for {
-		n, rerr := body.Read(chunk)
-		if n > 0 {
-			if int64(buf.Len()+n) > limit {
-				return nil, held, errBodyTooLarge
-			}
-			if !s.queued.TryAcquire(int64(n)) {
-				return nil, held, errQueuedBytes
-			}
-			held += int64(n)
-			buf.Write(chunk[:n])
+		if !s.queued.TryAcquire(readChunk) {
+			return nil, held, errQueuedBytes
 		}
-		if rerr == io.EOF {
-			return buf.Bytes(), held, nil
+		held += readChunk
+		c := make([]byte, readChunk)
+		n, rerr := io.ReadFull(body, c)
+		if total += int64(n); total > limit {
+			return nil, held, errBodyTooLarge
+		}
+		chunks = append(chunks, c[:n])
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break // the end of the body, inside this chunk
 		}
 		if rerr != nil {
 			return nil, held, rerr
 		}
 	}
+	// Join the chunks into a body of exactly its size (a 1 KiB body then
+	// holds 1 KiB, not a chunk); the join holds the body twice for a
+	// moment, so count that too.
+	if !s.queued.TryAcquire(total) {
+		return nil, held, errQueuedBytes
+	}
+	b = make([]byte, 0, total)
+	for _, c := range chunks {
+		b = append(b, c...)
+	}
+	s.queued.Release(held)
+	return b, total, nil
 }
 
 // modelError is a model id the proxy refuses.
@@ -261,11 +286,19 @@ func modelByte(c byte) bool {
 }
 
 // watchedBody notes whether reading the client's body failed, so that a
-// malformed body (bad chunking, cut short) is answered 400, not 502.
+// malformed body (bad chunking, cut short) is answered 400, not 502. It
+// rides in the request's context too, since the reverse proxy wraps the
+// body it sends.
 type watchedBody struct {
 	io.ReadCloser
 	failed atomic.Bool
 }
+
+type watchKey struct{}
+
+// errClientBody replaces an upstream's answer to a body that the client
+// broke off or malformed.
+var errClientBody = errors.New("the request body could not be read")
 
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
@@ -291,10 +324,10 @@ func (s *Server) proxyError(u *upstream) func(http.ResponseWriter, *http.Request
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		var se *lanehttp.StallError
 		switch {
+		case bodyFailed(r): // before the context: a client that half-closes looks gone, and waits for this
+			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read: it was malformed or cut short")
 		case r.Context().Err() != nil:
 			return // the client is gone; its slot is already free
-		case bodyFailed(r):
-			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read")
 		case errors.As(err, &se):
 			named := *se
 			named.Lane = u.name(se.Lane)
@@ -309,8 +342,18 @@ func (s *Server) proxyError(u *upstream) func(http.ResponseWriter, *http.Request
 }
 
 func bodyFailed(r *http.Request) bool {
-	wb, ok := r.Body.(*watchedBody)
+	wb, ok := r.Context().Value(watchKey{}).(*watchedBody)
 	return ok && wb.failed.Load()
+}
+
+// checkClientBody refuses an upstream's answer to a request whose body the
+// client broke off: what the upstream saw was not what the client meant.
+func checkClientBody(res *http.Response) error {
+	if bodyFailed(res.Request) {
+		res.Body.Close()
+		return errClientBody
+	}
+	return nil
 }
 
 // withoutURL drops the URL that net/http puts in front of a transport

@@ -1,0 +1,445 @@
+package exporter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
+)
+
+// hostile is an exporter on loopback (a real listener, with the server's
+// connection limits) in front of an upstream that answers at once.
+type hostile struct {
+	t     *testing.T
+	srv   *Server
+	l     *Listener
+	base  string
+	up    *httptest.Server
+	calls atomic.Int64 // requests that reached the upstream
+}
+
+func newHostile(t *testing.T, yaml string, o Options) *hostile {
+	t.Helper()
+	h := &hostile{t: t}
+	h.up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.calls.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[]}`)
+	}))
+	t.Cleanup(h.up.Close)
+	file := filepath.Join(t.TempDir(), "lanes.yaml")
+	os.WriteFile(file, []byte(strings.ReplaceAll(yaml, "UPSTREAM", h.up.URL+"/v1")), 0o600)
+	cfg, err := LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.File = file
+	if o.Base == nil {
+		base := &http.Transport{MaxIdleConnsPerHost: 64}
+		t.Cleanup(base.CloseIdleConnections)
+		o.Base = base
+	}
+	if h.srv, err = New(cfg, o); err != nil {
+		t.Fatal(err)
+	}
+	if h.l, err = Start(h.srv, "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	h.base = "http://" + h.l.Addr
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.l.Shutdown(ctx)
+	})
+	return h
+}
+
+// heap returns the bytes of heap objects live at a collection it runs
+// (not counting what other goroutines allocate after it).
+func heap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// Clients choose the model: 20,000 distinct names (250 bytes each) make at
+// most max_lanes lanes; the rest get lane_limit_reached and never reach the
+// gateway. Memory, /metrics and its scrape stay bounded, the real lane's
+// series are all there, and nothing falls into an overflow series.
+func TestManyModelNamesBounded(t *testing.T) {
+	h := newHostile(t, "limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\nlimits: {max_lanes: 1000}\n", Options{})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	defer client.CloseIdleConnections()
+	post := func(model string) (int, string) {
+		res, err := client.Post(h.base+"/proxy/gw/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","messages":[]}`))
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, string(b)
+	}
+	if code, body := post("protolabs/smart"); code != 200 {
+		t.Fatalf("the real lane: %d %s", code, body)
+	}
+	before := heap()
+	const names = 20000
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= names; i = next.Add(1) {
+				name := fmt.Sprintf("attacker/%06d-%s", i, strings.Repeat("x", 250-16))
+				switch code, body := post(name); {
+				case code == 200:
+					ok.Add(1)
+				case code == 503 && strings.Contains(body, `"lane_limit_reached"`):
+					refused.Add(1)
+				default:
+					t.Errorf("%s: %d %s", name[:16], code, body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 999 || refused.Load() != names-999 || h.calls.Load() != 1000 {
+		t.Fatalf("%d granted, %d refused, %d reached the gateway; want 999 (the lane limit), %d, 1000", ok.Load(), refused.Load(), h.calls.Load(), names-999)
+	}
+	grew := int64(heap()) - int64(before)
+	start := time.Now()
+	res, err := client.Get(h.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	scrape := time.Since(start)
+	t.Logf("1,000 lanes of 250-byte models: heap +%.1f MiB (%.1f KiB a lane), /metrics %.1f MiB scraped in %s",
+		float64(grew)/(1<<20), float64(grew)/1000/1024, float64(len(metrics))/(1<<20), scrape)
+	const heapBound, metricsBound = 32 << 20, 40 << 20
+	if grew > heapBound || len(metrics) > metricsBound {
+		t.Fatalf("heap grew %d bytes (bound %d), /metrics is %d bytes (bound %d)", grew, heapBound, len(metrics), metricsBound)
+	}
+	// The scrape fits Prometheus' default 10 s scrape timeout (the bound is
+	// scaled under the race detector, which slows the exposition down).
+	if scrape > 10*time.Second*raceSlowdown {
+		t.Fatalf("/metrics took %s", scrape)
+	}
+	lane := `lane="` + h.up.URL + `/v1|protolabs/smart"`
+	for _, m := range []string{"llmlanes_llm_inflight{", "llmlanes_llm_queue_wait_seconds_bucket{", "llmlanes_llm_upstream_requests_total{", "llmlanes_llm_lane_state{"} {
+		if !containsSeries(string(metrics), m, lane) {
+			t.Errorf("/metrics lacks %s for the real lane", m)
+		}
+	}
+	if strings.Contains(string(metrics), "overflow") {
+		t.Fatal("a series fell into an overflow bucket")
+	}
+}
+
+func containsSeries(metrics, prefix, label string) bool {
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, prefix) && strings.Contains(line, label) {
+			return true
+		}
+	}
+	return false
+}
+
+// Idle lanes leave the snapshot and every metric after lane_idle_ttl (fake
+// clock).
+func TestIdleLanesLeaveMetrics(t *testing.T) {
+	clock := limitertest.NewClock(time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC))
+	h := newHostile(t, "limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\nlimits: {lane_idle_ttl: 10m}\n", Options{Clock: clock})
+	res, err := http.Post(h.base+"/proxy/gw/chat/completions", "application/json", strings.NewReader(`{"model":"passing/by","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	_, metrics := get(t, h.base+"/metrics")
+	if !strings.Contains(metrics, "passing/by") || h.srv.Limiter().Lanes() != 1 {
+		t.Fatal("the lane is not there to begin with")
+	}
+	clock.Advance(9 * time.Minute)
+	if _, metrics = get(t, h.base+"/metrics"); !strings.Contains(metrics, "passing/by") {
+		t.Fatal("the lane left before its TTL")
+	}
+	clock.Advance(3 * time.Minute)
+	_, metrics = get(t, h.base+"/metrics")
+	_, snap := get(t, h.base+"/api/telemetry/llm-lanes")
+	if strings.Contains(metrics, "passing/by") || strings.Contains(snap, "passing/by") || h.srv.Limiter().Lanes() != 0 {
+		t.Fatalf("the idle lane is still there:\n%s", metrics)
+	}
+}
+
+// 2,000 idle keep-alive connections are closed after server.idle_timeout,
+// and /healthz answers all along.
+func TestIdleConnectionsClosed(t *testing.T) {
+	h := newHostile(t, "limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\nserver: {idle_timeout: 1s}\n", Options{})
+	const n = 2000
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", h.l.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		// One request, then the connection idles, kept alive.
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns { // every one answered
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("healthz on an idle connection: %v", err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if code, _ := get(t, h.base+"/healthz"); code != 200 {
+		t.Fatalf("healthz beside %d idle connections: %d", n, code)
+	}
+	// The server closes each idle one: a read returns EOF.
+	closed := 0
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+			closed++
+		}
+	}
+	if closed != n {
+		t.Fatalf("%d of %d idle connections closed by the server", closed, n)
+	}
+	if code, _ := get(t, h.base+"/healthz"); code != 200 {
+		t.Fatal("healthz after the idle connections went")
+	}
+}
+
+// uploadStalled sends a body that declares size bytes, sends all but the
+// last, and then stalls until stop closes; it returns the status the
+// exporter answered, 0 if it answered none.
+func uploadStalled(addr string, size int64, stop <-chan struct{}) int {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return -1
+	}
+	defer c.Close()
+	go func() { <-stop; c.Close() }()
+	fmt.Fprintf(c, "POST /proxy/gw/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	chunk := []byte(`{"model":"m","x":"` + strings.Repeat("a", 32<<10-18))
+	var sent int64
+	for sent < size-1 {
+		n := min(int64(len(chunk)), size-1-sent)
+		if _, err := c.Write(chunk[:n]); err != nil {
+			break // the exporter answered and closed
+		}
+		chunk = bytes.Repeat([]byte("a"), 32<<10)
+		sent += n
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// 40 uploads of 32 MiB that stop one byte short hold no more than
+// limits.max_queued_bytes between them: the declared length is never
+// allocated, bodies are counted as they arrive, and past the budget the
+// rest are refused (503, retryable); proxy.body_read_timeout ends the
+// stalled ones and gives their bytes back.
+func TestStalledUploadsBounded(t *testing.T) {
+	h := newHostile(t, "limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\n"+
+		"limits: {max_queued_bytes: 67108864}\nproxy: {body_read_timeout: 3s}\n", Options{})
+	before := heap()
+	stop := make(chan struct{})
+	codes := make(chan int, 40)
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- uploadStalled(h.l.Addr, 32<<20, stop)
+		}()
+	}
+	// Wait until every upload is either refused or stalled: the refused
+	// have answers, and the budget holds what the stalled ones sent.
+	var refused int
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if len(codes)+countFull(h) >= 40 || time.Now().After(deadline) {
+			break
+		}
+	}
+	peak := int64(heap()) - int64(before)
+	wg.Wait() // the read timeout ends the stalled ones
+	close(stop)
+	close(codes)
+	for c := range codes {
+		switch c {
+		case 503:
+			refused++
+		case 408: // the body read timed out
+		default:
+			t.Errorf("an upload got %d", c)
+		}
+	}
+	t.Logf("40 stalled 32 MiB uploads: heap +%.1f MiB at the peak, %d refused at the budget", float64(peak)/(1<<20), refused)
+	// The bound: the budget, plus 16 MiB for connections and the test's
+	// own clients.
+	if peak > 64<<20+16<<20 {
+		t.Fatalf("heap grew %d bytes with a 64 MiB budget", peak)
+	}
+	if refused < 30 {
+		t.Fatalf("only %d uploads refused: the budget did not hold", refused)
+	}
+	// Everything given back: a normal call still goes through.
+	if !h.srv.queued.TryAcquire(64 << 20) {
+		t.Fatal("the queued-bytes budget was not given back")
+	}
+	h.srv.queued.Release(64 << 20)
+	if h.calls.Load() != 0 {
+		t.Fatal("a truncated upload reached the gateway")
+	}
+}
+
+// countFull reports 40 when the exporter's byte budget is nearly all taken,
+// which is when every upload that got in has stalled.
+func countFull(h *hostile) int {
+	if h.srv.queued.TryAcquire(1 << 20) {
+		h.srv.queued.Release(1 << 20)
+		return 0
+	}
+	return 40
+}
+
+// 3,000 streamed calls that bypass the lanes (a path that is not a model
+// call), each sending its body while the upstream has started to answer,
+// with the limiter off and on: none is cut, and every body arrives whole.
+func TestBypassStreamsNotCut(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Answer at once, then read the body, as a streaming upload API may
+		// (this upstream, a Go server too, needs full duplex for it).
+		http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		if n, _ := io.Copy(io.Discard, r.Body); n != 4096 {
+			fmt.Fprintf(w, "data: body of %d bytes\n\n", n)
+			return
+		}
+		for i := range 4 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer up.Close()
+	for _, limit := range []int{0, 4} {
+		t.Run(fmt.Sprintf("max_inflight=%d", limit), func(t *testing.T) {
+			h := newHostile(t, fmt.Sprintf("limiter: {max_inflight: %d}\nupstreams: [{name: gw, base_url: %q}]\n", limit, up.URL+"/v1"), Options{})
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+			defer client.CloseIdleConnections()
+			var cut atomic.Int64
+			var wg sync.WaitGroup
+			next := atomic.Int64{}
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= 3000 {
+						pr, pw := io.Pipe() // a chunked body, sent while the answer comes
+						go func() {
+							pw.Write(bytes.Repeat([]byte("x"), 2048))
+							time.Sleep(time.Millisecond)
+							pw.Write(bytes.Repeat([]byte("y"), 2048))
+							pw.Close()
+						}()
+						res, err := client.Post(h.base+"/proxy/gw/uploads/stream", "application/octet-stream", pr)
+						if err != nil {
+							cut.Add(1)
+							continue
+						}
+						b, err := io.ReadAll(res.Body)
+						res.Body.Close()
+						if err != nil || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+							if cut.Add(1) == 1 {
+								t.Logf("first failure: %q %v", b, err)
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if n := cut.Load(); n != 0 {
+				t.Fatalf("%d of 3,000 streams were cut or lost body bytes", n)
+			}
+		})
+	}
+}
+
+// countingTarget is a D8 snapshot endpoint that counts its polls.
+type countingTarget struct {
+	*httptest.Server
+	mu sync.Mutex
+	n  *int
+}
+
+func newCountingTarget(n *int) *countingTarget {
+	c := &countingTarget{n: n}
+	c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		c.mu.Lock()
+		*c.n++
+		c.mu.Unlock()
+		io.WriteString(w, `{"enabled":true,"generated_at":"2026-09-28T09:00:00Z","lanes":[]}`)
+	}))
+	return c
+}
+
+func (c *countingTarget) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return *c.n
+}
+
+// newHangingUpstream never answers until hang closes.
+func newHangingUpstream(hang chan struct{}) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+}
