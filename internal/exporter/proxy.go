@@ -122,7 +122,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
-		r.Body, r.ContentLength, r.TransferEncoding = lanehttp.NewBody(body), int64(len(body)), nil
+		lanehttp.SetBody(r, body)
 	} else {
 		// The body streams through as it arrives. Without full duplex, the
 		// HTTP/1 server closes the request body once the response starts

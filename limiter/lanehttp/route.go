@@ -79,8 +79,7 @@ func (e *RequestError) Unwrap() error { return e.Err }
 // readModel reads a model call's body (up to limit bytes) and returns it
 // with the model it names. A declared length over the limit is refused
 // without reading; otherwise memory grows with the bytes that actually
-// arrive, never with what the request declares. A body made by NewBody is
-// taken as it is, without a copy.
+// arrive, never with what the request declares.
 func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
 	if body == nil || body == http.NoBody {
 		return nil, "", ErrNotJSON
@@ -88,13 +87,7 @@ func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
 	if length > limit {
 		return nil, "", ErrBodyTooLarge
 	}
-	var b []byte
-	var err error
-	if r, ok := body.(*replay); ok {
-		b = r.b
-	} else {
-		b, err = io.ReadAll(io.LimitReader(body, limit+1))
-	}
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
 		return nil, "", err
 	}

@@ -102,7 +102,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
-	body, model, err := readModel(req.Body, req.ContentLength, limit)
+	var body []byte
+	var model string
+	var err error
+	if b, ok := setBody(req); ok && int64(len(b)) <= limit {
+		body = b
+		model, err = ModelOf(b)
+	} else {
+		body, model, err = readModel(req.Body, req.ContentLength, limit)
+	}
 	if req.Body != nil {
 		req.Body.Close() // a RoundTripper closes the request body, even on error
 	}
@@ -257,10 +265,33 @@ func newReplay(b []byte) *replay {
 
 func (*replay) Close() error { return nil }
 
-// NewBody returns a request body of b that a Transport takes without
+// SetBody makes b the body of req in a way a Transport takes without
 // copying it: for a caller (a proxy, say) that has read and checked the
-// body already. b must not change while the request is in use.
-func NewBody(b []byte) io.ReadCloser { return newReplay(b) }
+// body already. It sets Body, GetBody and ContentLength; a reverse proxy
+// that wraps Body keeps GetBody, which is where the Transport finds b. b
+// must not change while the request is in use.
+func SetBody(req *http.Request, b []byte) {
+	req.Body, req.ContentLength, req.TransferEncoding = newReplay(b), int64(len(b)), nil
+	req.GetBody = func() (io.ReadCloser, error) { return newReplay(b), nil }
+}
+
+// setBody returns the bytes of a body made by SetBody, if req has one.
+func setBody(req *http.Request) ([]byte, bool) {
+	if r, ok := req.Body.(*replay); ok {
+		return r.b, true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	rb, err := req.GetBody()
+	if r, ok := rb.(*replay); ok && err == nil {
+		return r.b, true
+	}
+	if rb != nil {
+		rb.Close()
+	}
+	return nil, false
+}
 
 // redact returns u without user info or query, for messages.
 func redact(u *url.URL) string {
