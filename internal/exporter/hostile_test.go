@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
@@ -442,4 +443,53 @@ func newHangingUpstream(hang chan struct{}) *httptest.Server {
 		case <-r.Context().Done():
 		}
 	}))
+}
+
+// A client that stops reading its stream through the proxy does not hold
+// its slot: once the stream's data backs up for proxy.stall_timeout, the
+// upstream call ends, the slot is free for the next caller, and the outcome
+// is client_stall, not a gateway fault.
+func TestClientThatStopsReadingFreesSlot(t *testing.T) {
+	clock := limitertest.NewClock(time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC))
+	gone := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := []byte("data: " + strings.Repeat("x", 64<<10) + "\n\n")
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				close(gone)
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	h := newHostile(t, "limiter: {max_inflight: 1}\nupstreams: [{name: gw, base_url: \""+up.URL+"/v1\"}]\nproxy: {stall_timeout: 30s}\n", Options{Clock: clock})
+	c, err := net.Dial("tcp", h.l.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"m","stream":true}`
+	fmt.Fprintf(c, "POST /proxy/gw/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	c.Read(make([]byte, 1024)) // the stream starts; then the client reads no more
+	lane := func() limiter.LaneSnapshot { return h.srv.Limiter().Snapshot().Lanes[0] }
+	// The stream backs up: the proxy is stuck writing to the client, and
+	// no more is read from the upstream.
+	stuck := func() bool {
+		buf := make([]byte, 1<<20)
+		return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("net/http.(*response).Write("))
+	}
+	for deadline := time.Now().Add(10 * time.Second); lane().Inflight != 1 || !stuck(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream never backed up")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let the last chunks land in the socket buffers
+	clock.Advance(30 * time.Second)
+	<-gone // the upstream call was canceled
+	if l := lane(); l.Inflight != 0 || l.Upstream == nil || l.Upstream.ClientStalls != 1 || l.Upstream.Stalls != 0 {
+		t.Fatalf("after the client stopped reading: %+v %+v", l, l.Upstream)
+	}
 }
