@@ -185,8 +185,19 @@ func TestDefaultUpstreamTimeouts(t *testing.T) {
 			t.Fatal("the call never held its slot")
 		}
 	}
-	clock.Advance(DefaultResponseHeaderTimeout)
-	res := <-done
+	// The header guard is armed just after the slot is held: move the clock
+	// on until it has fired.
+	var res *http.Response
+	for i := 0; res == nil; i++ {
+		clock.Advance(DefaultResponseHeaderTimeout)
+		select {
+		case res = <-done:
+		case <-time.After(100 * time.Millisecond):
+			if i > 100 {
+				t.Fatal("the hung call never ended")
+			}
+		}
+	}
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 504 || !strings.Contains(string(b), "upstream_stall") || !strings.Contains(string(b), `gw|protolabs/smart`) || strings.Contains(string(b), up.URL) {
