@@ -30,7 +30,7 @@ const maxAnswer = 32 << 20
 // Client reads the classification of a lanes-exporter (or of any process
 // that serves package telemetry's routes).
 type Client struct {
-	// BaseURL is the server's address, such as http://127.0.0.1:9477.
+	// BaseURL is the server's address, such as http://127.0.0.1:4470.
 	BaseURL string
 	// HTTP sends the requests; nil means http.DefaultClient.
 	HTTP *http.Client

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmlanes/llmlanes/limiter"
@@ -22,13 +24,17 @@ const ScopeName = "github.com/llmlanes/llmlanes/otelbridge"
 type Options struct {
 	// TracerProvider receives the spans; nil means the global one.
 	TracerProvider trace.TracerProvider
+	// Propagator carries the trace to the gateway in the request headers;
+	// nil means the global one (W3C trace context and baggage unless set).
+	Propagator propagation.TextMapPropagator
 }
 
 // Bridge records a limiter's lanes as OpenTelemetry metrics (as a metric
 // Producer: see Produce) and spans.
 type Bridge struct {
-	tracer trace.Tracer
-	lim    atomic.Pointer[limiter.Limiter]
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+	lim        atomic.Pointer[limiter.Limiter]
 
 	mu    sync.RWMutex // guards lanes; each laneMetrics guards itself
 	lanes map[string]*laneMetrics
@@ -41,7 +47,12 @@ func New(o Options) (*Bridge, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return &Bridge{tracer: tp.Tracer(ScopeName), lanes: map[string]*laneMetrics{}}, nil
+	prop := o.Propagator
+	if prop == nil {
+		prop = otel.GetTextMapPropagator()
+	}
+	return &Bridge{tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)), propagator: prop,
+		lanes: map[string]*laneMetrics{}}, nil
 }
 
 // now reads the watched limiter's clock, so that spans line up with the
@@ -102,8 +113,12 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 	}
 	now := b.now()
 	_, model := limiter.SplitLaneKey(e.Lane)
-	call.SetName("chat " + model)
-	call.SetAttributes(attribute.String("gen_ai.request.model", model), attribute.String("llmlanes.lane", e.Lane),
+	op := "chat"
+	if info, ok := ctx.Value(callInfoKey{}).(*callInfo); ok {
+		op = info.op
+	}
+	call.SetName(op + " " + model) // the GenAI conventions' span name
+	call.SetAttributes(semconv.GenAIRequestModel(model), attribute.String("llmlanes.lane", e.Lane),
 		attribute.String("llmlanes.priority", e.Priority.String()))
 	outcome := "granted"
 	switch e.Kind {
@@ -119,14 +134,14 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 			attribute.Int("llmlanes.queue.position", e.Position), attribute.String("llmlanes.outcome", outcome)))
 	switch e.Kind {
 	case limiter.TimedOut:
-		span.SetAttributes(attribute.String("error.type", "lane_queue_timeout"))
+		span.SetAttributes(semconv.ErrorTypeKey.String("lane_queue_timeout"))
 		span.SetStatus(codes.Error, "no lane slot within the queue timeout")
-		call.SetAttributes(attribute.String("error.type", "lane_queue_timeout"), attribute.String("llmlanes.outcome", "queue_timeout"))
+		call.SetAttributes(semconv.ErrorTypeKey.String("lane_queue_timeout"), attribute.String("llmlanes.outcome", "queue_timeout"))
 		call.SetStatus(codes.Error, "lane queue timeout")
 	case limiter.Canceled:
-		span.SetAttributes(attribute.String("error.type", "canceled"))
+		span.SetAttributes(semconv.ErrorTypeKey.String("canceled"))
 	case limiter.Refused:
-		span.SetAttributes(attribute.String("error.type", "lane_shutting_down"))
+		span.SetAttributes(semconv.ErrorTypeKey.String("lane_shutting_down"))
 		span.SetStatus(codes.Error, "the limiter is shutting down")
 	}
 	span.End(trace.WithTimestamp(now))
@@ -141,21 +156,25 @@ func (b *Bridge) upstreamSpan(ctx context.Context, e limiter.Event) {
 		return
 	}
 	x := e.Exchange
+	attrs := []attribute.KeyValue{attribute.String("llmlanes.lane", e.Lane), attribute.String("llmlanes.outcome", x.Outcome.String()),
+		attribute.Bool("llmlanes.retry", x.Retry)}
+	if info, ok := ctx.Value(callInfoKey{}).(*callInfo); ok {
+		attrs = append(attrs, info.attrs...) // the HTTP client attributes
+	}
 	_, span := b.tracer.Start(ctx, "llm.upstream", trace.WithTimestamp(x.Sent), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("llmlanes.lane", e.Lane), attribute.String("llmlanes.outcome", x.Outcome.String()),
-			attribute.Bool("llmlanes.retry", x.Retry)))
+		trace.WithAttributes(attrs...))
 	if x.Status != 0 {
-		span.SetAttributes(attribute.Int("http.response.status_code", x.Status))
-		call.SetAttributes(attribute.Int("http.response.status_code", x.Status))
+		span.SetAttributes(semconv.HTTPResponseStatusCode(x.Status))
+		call.SetAttributes(semconv.HTTPResponseStatusCode(x.Status))
 	}
 	if x.FirstByte > 0 {
 		span.SetAttributes(attribute.Float64("llmlanes.first_byte_s", x.FirstByte.Seconds()))
 	}
 	call.SetAttributes(attribute.String("llmlanes.outcome", x.Outcome.String()))
 	if et := errorType(x); et != "" {
-		span.SetAttributes(attribute.String("error.type", et))
+		span.SetAttributes(semconv.ErrorTypeKey.String(et))
 		span.SetStatus(codes.Error, x.Outcome.String())
-		call.SetAttributes(attribute.String("error.type", et))
+		call.SetAttributes(semconv.ErrorTypeKey.String(et))
 		call.SetStatus(codes.Error, x.Outcome.String())
 	}
 	span.End(trace.WithTimestamp(x.Sent.Add(x.Duration)))
@@ -165,7 +184,7 @@ func (b *Bridge) upstreamSpan(ctx context.Context, e limiter.Event) {
 // code for an error response, otherwise a short class.
 func errorType(x limiter.Exchange) string {
 	switch x.Outcome {
-	case limiter.OutcomeOK, limiter.OutcomeCanceled:
+	case limiter.OutcomeOK, limiter.OutcomeCanceled, limiter.OutcomeClientStall:
 		return ""
 	case limiter.OutcomeStall:
 		return "lane_stall"

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
@@ -34,6 +37,14 @@ type rig struct {
 	gw     *httptest.Server
 	queued chan struct{}
 	lane   string
+	mu     sync.Mutex
+	tp     string // the last traceparent the gateway saw
+}
+
+func (r *rig) traceparent() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tp
 }
 
 // newRig: a limiter of one slot on a fake clock, the bridge recording spans,
@@ -43,7 +54,7 @@ func newRig(t *testing.T, tr func(*lanehttp.Transport), handle func(w http.Respo
 	r := &rig{t: t, clock: limitertest.NewClock(t0), rec: tracetest.NewSpanRecorder(), queued: make(chan struct{}, 10)}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.rec), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	b, err := otelbridge.New(otelbridge.Options{TracerProvider: tp})
+	b, err := otelbridge.New(otelbridge.Options{TracerProvider: tp, Propagator: propagation.TraceContext{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +68,9 @@ func newRig(t *testing.T, tr func(*lanehttp.Transport), handle func(w http.Respo
 	done := make(chan struct{})
 	r.gw = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		io.Copy(io.Discard, req.Body)
+		r.mu.Lock()
+		r.tp = req.Header.Get("Traceparent")
+		r.mu.Unlock()
 		if handle != nil && handle(w, req) {
 			return
 		}
@@ -89,7 +103,7 @@ func (r *rig) call(wait time.Duration) (int, error) {
 	ch := make(chan out, 1)
 	go func() {
 		ctx := limiter.WithPriority(context.Background(), limiter.Bulk)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.gw.URL+"/v1/chat/completions", strings.NewReader(`{"model":"protolabs/smart"}`))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.gw.URL+"/v1/chat/completions?api-key=sk-secret", strings.NewReader(`{"model":"protolabs/smart"}`))
 		res, err := r.client.Do(req)
 		if err != nil {
 			ch <- out{0, err}
@@ -160,8 +174,9 @@ func TestCallSpanHasQueueAndUpstreamChildren(t *testing.T) {
 	}
 	ca, qa, ua := attrs(call), attrs(queue), attrs(up)
 	for k, want := range map[attribute.Key]any{
-		"gen_ai.operation.name": "chat", "gen_ai.request.model": "protolabs/smart", "http.request.method": "POST",
-		"server.address": "127.0.0.1", "http.response.status_code": int64(200), "llmlanes.lane": r.lane,
+		"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "protolabs/smart",
+		"http.request.method": "POST", "server.address": "127.0.0.1", "http.response.status_code": int64(200),
+		"url.full": r.gw.URL + "/v1/chat/completions?api-key=REDACTED", "llmlanes.lane": r.lane,
 		"llmlanes.priority": "bulk", "llmlanes.outcome": "ok",
 	} {
 		if got := ca[k].AsInterface(); got != want {
@@ -174,8 +189,18 @@ func TestCallSpanHasQueueAndUpstreamChildren(t *testing.T) {
 			t.Errorf("queue %s = %v, want %v", k, got, want)
 		}
 	}
-	if ua["http.response.status_code"].AsInt64() != 200 || ua["llmlanes.outcome"].AsString() != "ok" {
+	if ua["http.response.status_code"].AsInt64() != 200 || ua["llmlanes.outcome"].AsString() != "ok" ||
+		ua["http.request.method"].AsString() != "POST" || ua["server.address"].AsString() != "127.0.0.1" ||
+		ua["url.full"].AsString() != ca["url.full"].AsString() || ua["server.port"].AsInt64() == 0 {
 		t.Errorf("upstream attrs %v", ua)
+	}
+	if call.InstrumentationScope().SchemaURL != semconv.SchemaURL {
+		t.Errorf("schema URL %q", call.InstrumentationScope().SchemaURL)
+	}
+	// The gateway received the call span's context as traceparent.
+	if got, want := r.traceparent(), call.SpanContext().SpanID().String(); !strings.Contains(got, want) ||
+		!strings.Contains(got, call.SpanContext().TraceID().String()) {
+		t.Errorf("traceparent %q, want the call span %s", got, want)
 	}
 	if _, ok := ca["error.type"]; ok || call.Status().Code == codes.Error {
 		t.Errorf("successful call marked as an error")
@@ -252,4 +277,41 @@ func keys(m map[string]sdktrace.ReadOnlySpan) []string {
 		k = append(k, n)
 	}
 	return k
+}
+
+// Operations are named by what they are: an embeddings call is not chat.
+func TestOperationNames(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer tp.Shutdown(context.Background())
+	b, _ := otelbridge.New(otelbridge.Options{TracerProvider: tp})
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
+	defer gw.Close()
+	for path, want := range map[string][2]string{
+		"/v1/embeddings":       {"embeddings", "openai"},
+		"/v1/completions":      {"text_completion", "openai"},
+		"/v1/responses":        {"chat", "openai"},
+		"/v1/messages":         {"chat", "anthropic"},
+		"/v1/chat/completions": {"chat", "openai"},
+	} {
+		c := &http.Client{Transport: b.Transport(http.DefaultTransport)}
+		res, err := c.Post(gw.URL+path, "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		ended := rec.Ended()
+		a := attrs(ended[len(ended)-1])
+		if a["gen_ai.operation.name"].AsString() != want[0] || a["gen_ai.provider.name"].AsString() != want[1] {
+			t.Errorf("%s: operation %q provider %q, want %v", path, a["gen_ai.operation.name"].AsString(), a["gen_ai.provider.name"].AsString(), want)
+		}
+	}
+	c := &http.Client{Transport: b.Transport(http.DefaultTransport, otelbridge.WithProviderName("groq"))}
+	res, _ := c.Post(gw.URL+"/openai/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	res.Body.Close()
+	if a := attrs(rec.Ended()[len(rec.Ended())-1]); a["gen_ai.provider.name"].AsString() != "groq" {
+		t.Errorf("provider %v", a["gen_ai.provider.name"])
+	}
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 }

@@ -1,65 +1,148 @@
 package otelbridge
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
+// TransportOption configures Transport.
+type TransportOption func(*transport)
+
+// WithProviderName sets the calls' gen_ai.provider.name ("openai",
+// "anthropic", ...); by default it is "anthropic" for /messages and
+// "openai" for the rest (OpenAI-compatible gateways).
+func WithProviderName(name string) TransportOption {
+	return func(t *transport) { t.provider = name }
+}
+
 // Transport returns a RoundTripper that opens one span per request around
-// base (normally a lanehttp.Transport) and ends it when the response body
-// ends, so that the bridge's queue-wait and upstream spans are its children.
-// Requests that are not model calls get a span too; it simply has no lane
-// children.
-func (b *Bridge) Transport(base http.RoundTripper) http.RoundTripper {
-	return &transport{b: b, base: base}
+// base (normally a lanehttp.Transport), as a child of the span in the
+// request's context, and ends it when the response body ends, so that the
+// bridge's queue-wait and upstream spans are its children. It injects the
+// call span's context into the request's headers with the bridge's
+// propagator (W3C traceparent by default), so the gateway's own spans join
+// the trace. Requests that are not model calls get a span too; it simply
+// has no lane children.
+func (b *Bridge) Transport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
+	t := &transport{b: b, base: base}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
 }
 
 type transport struct {
-	b    *Bridge
-	base http.RoundTripper
+	b        *Bridge
+	base     http.RoundTripper
+	provider string
+}
+
+// callInfo is what the upstream span needs to know of the request; it
+// rides in the context from the call span to the bridge's events.
+type callInfo struct {
+	attrs []attribute.KeyValue // HTTP client attributes of the request
+	op    string               // its GenAI operation name, or the method
+}
+
+type callInfoKey struct{}
+
+// operation names a request by what it is, with the GenAI conventions'
+// operation names; "" for a request that is no model operation. OpenAI's
+// Responses API and Anthropic's Messages API are chat.
+func operation(path string) attribute.KeyValue {
+	path = strings.TrimSuffix(path, "/")
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"), strings.HasSuffix(path, "/responses"), strings.HasSuffix(path, "/messages"):
+		return semconv.GenAIOperationNameChat
+	case strings.HasSuffix(path, "/completions"):
+		return semconv.GenAIOperationNameTextCompletion
+	case strings.HasSuffix(path, "/embeddings"):
+		return semconv.GenAIOperationNameEmbeddings
+	}
+	return attribute.KeyValue{}
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := trace.WithTimestamp(t.b.now())
 	host, port := req.URL.Hostname(), req.URL.Port()
-	attrs := []attribute.KeyValue{
-		attribute.String("gen_ai.operation.name", "chat"),
-		attribute.String("http.request.method", req.Method),
-		attribute.String("server.address", host),
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		p = 80
+		if req.URL.Scheme == "https" {
+			p = 443
+		}
 	}
-	if p, err := strconv.Atoi(port); err == nil {
-		attrs = append(attrs, attribute.Int("server.port", p))
-	} else if req.URL.Scheme == "https" {
-		attrs = append(attrs, attribute.Int("server.port", 443))
-	} else if req.URL.Scheme == "http" {
-		attrs = append(attrs, attribute.Int("server.port", 80))
+	httpAttrs := []attribute.KeyValue{
+		semconv.HTTPRequestMethodKey.String(req.Method),
+		semconv.ServerAddress(host),
+		semconv.ServerPort(p),
+		semconv.URLFull(redact(req.URL)),
 	}
-	ctx, span := t.b.tracer.Start(req.Context(), "llm.call", start, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	res, err := t.base.RoundTrip(req.WithContext(ctx))
+	attrs := append([]attribute.KeyValue(nil), httpAttrs...)
+	name := req.Method
+	if op := operation(req.URL.Path); op.Valid() {
+		provider := t.provider
+		if provider == "" {
+			provider = "openai"
+			if strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/messages") {
+				provider = "anthropic"
+			}
+		}
+		attrs = append(attrs, op, semconv.GenAIProviderNameKey.String(provider))
+		name = op.Value.AsString()
+	}
+	ctx, span := t.b.tracer.Start(req.Context(), name, start, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx = context.WithValue(ctx, callInfoKey{}, &callInfo{attrs: httpAttrs, op: name})
+	out := req.WithContext(ctx)
+	if span.SpanContext().IsValid() {
+		out.Header = req.Header.Clone() // a RoundTripper must not change the caller's request
+		t.b.propagator.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	}
+	res, err := t.base.RoundTrip(out)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(attribute.String("error.type", errType(err)))
+		span.SetAttributes(semconv.ErrorTypeKey.String(errType(err)))
 		span.End(trace.WithTimestamp(t.b.now()))
 		return nil, err
 	}
-	span.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
+	span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
 	if res.StatusCode >= 400 {
 		span.SetStatus(codes.Error, res.Status)
-		// A synthesized queue timeout (503, x-should-retry: false) already
-		// has error.type lane_queue_timeout from the bridge.
+		// A synthesized refusal (503, x-should-retry: false) already has
+		// its error.type (lane_queue_timeout) from the bridge.
 		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("X-Should-Retry") != "false" {
-			span.SetAttributes(attribute.String("error.type", strconv.Itoa(res.StatusCode)))
+			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(res.StatusCode)))
 		}
 	}
 	res.Body = &spanBody{ReadCloser: res.Body, end: func() { span.End(trace.WithTimestamp(t.b.now())) }}
 	return res, nil
+}
+
+// redact returns u without user info and with its query values replaced,
+// for url.full: a URL may carry a key.
+func redact(u *url.URL) string {
+	r := *u
+	r.User = nil
+	if r.RawQuery != "" {
+		q := r.Query()
+		for k := range q {
+			q[k] = []string{"REDACTED"}
+		}
+		r.RawQuery = q.Encode()
+	}
+	return r.String()
 }
 
 func errType(err error) string {

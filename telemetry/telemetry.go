@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -48,6 +49,11 @@ type Options struct {
 	Thresholds classify.Thresholds
 	// TracerProvider receives the bridge's spans; nil means the global one.
 	TracerProvider trace.TracerProvider
+	// Propagator carries traces to the gateway; nil means the global one.
+	Propagator propagation.TextMapPropagator
+	// MetricExporters, if any, receive every lane metric too (OTLP, say),
+	// through periodic readers, beside the Prometheus exposition.
+	MetricExporters []sdkmetric.Exporter
 	// Registry receives the collectors; nil means a new one, with the Go
 	// and process collectors.
 	Registry *prometheus.Registry
@@ -137,7 +143,7 @@ func New(o Options) (*Telemetry, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	b, err := otelbridge.New(otelbridge.Options{TracerProvider: o.TracerProvider})
+	b, err := otelbridge.New(otelbridge.Options{TracerProvider: o.TracerProvider, Propagator: o.Propagator})
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +158,12 @@ func New(o Options) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	t.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	for _, e := range o.MetricExporters {
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(e,
+			sdkmetric.WithProducer(b), sdkmetric.WithProducer(stateProducer{t}))))
+	}
+	t.mp = sdkmetric.NewMeterProvider(opts...)
 	return t, nil
 }
 

@@ -12,8 +12,9 @@ import (
 
 // startDemo runs --demo: the simulator, the exporter and the load. Builds
 // with the nodemo tag leave it, and the simulator, out.
-func startDemo(addr string, log *slog.Logger) (*exporter.Listener, func(context.Context) error, error) {
-	d, err := demo.Start(addr, log)
+func startDemo(addr string, log *slog.Logger, o exporter.Options) (*exporter.Listener, func(context.Context) error, error) {
+	o.Log = log
+	d, err := demo.StartWith(addr, o)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@
 //
 //	lanes-exporter --config lanes.yaml
 //	lanes-exporter --demo
+//	lanes-exporter --check-config lanes.yaml
 //
 // Signals: SIGHUP reloads the configuration file (as POST /-/reload does,
 // with --web.enable-lifecycle); SIGTERM or SIGINT turns readiness false,
@@ -15,8 +16,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -24,46 +27,96 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/internal/exporter"
+	"github.com/llmlanes/llmlanes/internal/otelsetup"
+	"github.com/llmlanes/llmlanes/internal/version"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
-	fs := flag.NewFlagSet("lanes-exporter", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `lanes-exporter: a lane-limiting reverse proxy for LLM gateways, and the exporter of its lanes.
+const usage = `lanes-exporter: a lane-limiting reverse proxy for LLM gateways, and the exporter of its lanes.
 
 Usage:
   lanes-exporter --config lanes.yaml [--listen addr]
   lanes-exporter --demo [--listen addr]
+  lanes-exporter --check-config lanes.yaml
+  lanes-exporter --version
 
-Routes: /proxy/<upstream>/... (the proxy; class from the X-LLM-Priority header:
-interactive, default or bulk), /metrics, /api/telemetry/llm-lanes,
-/api/telemetry/llm-lanes/classification, /api/telemetry/llm-lanes/budget,
-/healthz, /-/healthy, /-/ready, POST /-/reload (with --web.enable-lifecycle), and a
-status page at /.
+Routes:
+  /proxy/<upstream>/...                     the proxy (class from the X-LLM-Priority header:
+                                            interactive, default or bulk)
+  /metrics                                  Prometheus metrics
+  /api/telemetry/llm-lanes                  the lanes' snapshot (JSON)
+  /api/telemetry/llm-lanes/classification   each lane's state: idle, healthy, local_queue,
+                                            gateway_degraded (?lane=, ?upstream=&model=)
+  /api/telemetry/llm-lanes/budget           each lane's limits across processes vs capacity
+  /healthz, /-/healthy                      liveness
+  /-/ready                                  readiness (503 once shutdown has begun)
+  POST /-/reload                            reload the file (needs --web.enable-lifecycle)
+  /                                         the status page
+
+Traces and OTLP metrics follow the standard OTEL_* environment variables
+(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER, ...);
+with none set, nothing is exported but /metrics.
 
 Flags:
-`)
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lanes-exporter", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
 	config := fs.String("config", "", "configuration file (YAML; see lanes.example.yaml)")
+	check := fs.String("check-config", "", "check this configuration file, say what is wrong with it if anything, and exit")
 	listen := fs.String("listen", "", "address to listen on, overriding the file's listen (default "+exporter.DefaultListen+")")
 	demo := fs.Bool("demo", false, "run against a built-in simulated gateway with a built-in load, to see every surface")
-	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls in progress may take to finish")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls holding a slot may take to finish")
+	logLevel := fs.String("log.level", "info", "debug, info, warn or error")
+	fs.StringVar(logLevel, "log-level", "info", "the same as --log.level")
+	logFormat := fs.String("log.format", "logfmt", "logfmt or json")
 	lifecycle := fs.Bool("web.enable-lifecycle", false, "allow POST /-/reload (SIGHUP reloads in any case)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "lanes-exporter: --log-level %q: want debug, info, warn or error\n", *logLevel)
+	if *showVersion {
+		v := version.Get()
+		fmt.Fprintf(stdout, "lanes-exporter %s (revision %s, %s)\n", v.Version, v.Revision, v.GoVersion)
+		return 0
+	}
+	if *check != "" {
+		cfg, err := exporter.LoadConfig(*check)
+		if err != nil {
+			fmt.Fprintln(stderr, "lanes-exporter:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "config %s: ok (%d upstreams, max_inflight %d, listen %s)\n", *check, len(cfg.Upstreams), cfg.Limiter.MaxInflight, cfg.Listen)
+		return 0
+	}
+	log, err := newLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, "lanes-exporter:", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx := context.Background()
+	otel, err := otelsetup.FromEnv(ctx, version.Get().Version)
+	if err != nil {
+		fmt.Fprintln(stderr, "lanes-exporter:", err)
+		return 1
+	}
+	defer otel.Shutdown(context.Background())
+	opts := exporter.Options{Log: log, EnableLifecycle: *lifecycle,
+		TracerProvider: otel.TracerProvider, Propagator: otel.Propagator, MetricExporters: otel.MetricExporters}
 
 	var l *exporter.Listener
 	var stopDemo func(context.Context) error
@@ -73,13 +126,12 @@ Flags:
 		if addr == "" {
 			addr = exporter.DefaultListen
 		}
-		var err error
-		if l, stopDemo, err = startDemo(addr, log); err != nil {
-			fmt.Fprintln(os.Stderr, "lanes-exporter:", err)
+		if l, stopDemo, err = startDemo(addr, log, opts); err != nil {
+			fmt.Fprintln(stderr, "lanes-exporter:", err)
 			return 1
 		}
 		base := "http://" + l.Addr
-		fmt.Printf(`lanes-exporter demo: a simulated gateway (capacity 8) behind lanes of 4 slots (1 reserved for interactive),
+		fmt.Fprintf(stdout, `lanes-exporter demo: a simulated gateway (capacity 8) behind lanes of 4 slots (1 reserved for interactive),
 with chats, coder turns and review-panel bursts. Faults cycle every 100 s: normal for 20 s, then 429/5xx for 25 s, then stalls for 15 s.
 
   status page      %[1]s/
@@ -93,25 +145,27 @@ Ctrl-C to stop.
 	case *config != "":
 		cfg, err := exporter.LoadConfig(*config)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "lanes-exporter:", err)
+			fmt.Fprintln(stderr, "lanes-exporter:", err)
 			return 1
 		}
 		if *listen != "" {
 			cfg.Listen = *listen
 		}
-		srv, err := exporter.New(cfg, exporter.Options{File: *config, Log: log, EnableLifecycle: *lifecycle})
+		opts.File = *config
+		srv, err := exporter.New(cfg, opts)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "lanes-exporter:", err)
+			fmt.Fprintln(stderr, "lanes-exporter:", err)
 			return 1
 		}
 		if l, err = exporter.Start(srv, cfg.Listen); err != nil {
-			fmt.Fprintln(os.Stderr, "lanes-exporter:", err)
+			fmt.Fprintln(stderr, "lanes-exporter:", err)
 			return 1
 		}
-		log.Info("lanes-exporter listening", "addr", l.Addr, "upstreams", len(cfg.Upstreams), "max_inflight", cfg.Limiter.MaxInflight)
+		log.Info("lanes-exporter listening", "addr", l.Addr, "upstreams", len(cfg.Upstreams), "max_inflight", cfg.Limiter.MaxInflight,
+			"version", version.Get().Version, "traces", otel.Traces)
 	default:
 		fs.Usage()
-		fmt.Fprintln(os.Stderr, "\nlanes-exporter: give --config FILE or --demo")
+		fmt.Fprintln(stderr, "\nlanes-exporter: give --config FILE or --demo")
 		return 2
 	}
 
@@ -127,7 +181,7 @@ Ctrl-C to stop.
 			_ = l.Server.Reload() // logs its result
 			continue
 		}
-		log.Info("shutting down; letting calls in progress finish", "signal", s.String(), "timeout", *shutdown)
+		log.Info("shutting down: queued calls are answered now, calls in progress may finish", "signal", s.String(), "timeout", *shutdown)
 		ctx, cancel := context.WithTimeout(context.Background(), *shutdown)
 		var err error
 		if stopDemo != nil {
@@ -143,4 +197,21 @@ Ctrl-C to stop.
 		return 0
 	}
 	return 0
+}
+
+// newLogger returns the process's logger: every line, net/http's and the
+// reverse proxy's included, goes through it.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log.level %q: want debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "logfmt":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log.format %q: want logfmt or json", format)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,7 +50,7 @@ func TestSIGHUPReloadsAndSIGTERMStops(t *testing.T) {
 	}
 	write(0)
 	code := make(chan int, 1)
-	go func() { code <- run([]string{"--config", file, "--log-level", "error"}) }()
+	go func() { code <- run([]string{"--config", file, "--log-level", "error"}, io.Discard, io.Discard) }()
 	waitFor(t, "http://"+addr+"/api/telemetry/llm-lanes", `{"enabled":false}`)
 	write(4)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
@@ -67,42 +69,112 @@ func TestSIGHUPReloadsAndSIGTERMStops(t *testing.T) {
 func TestBadConfigRefusesToStart(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
 	os.WriteFile(file, []byte("limiter: {max_inflight: -1}\nupstreams: [{name: gw, base_url: \"https://gw\"}]\n"), 0o600)
-	stderr := captureStderr(t, func() {
-		if c := run([]string{"--config", file}); c != 1 {
-			t.Fatalf("exit %d, want 1", c)
-		}
-	})
-	if !strings.Contains(stderr, file) || !strings.Contains(stderr, "limiter.max_inflight") {
-		t.Fatalf("stderr %q", stderr)
+	var stderr bytes.Buffer
+	if c := run([]string{"--config", file}, io.Discard, &stderr); c != 1 {
+		t.Fatalf("exit %d, want 1", c)
+	}
+	if !strings.Contains(stderr.String(), file) || !strings.Contains(stderr.String(), "limiter.max_inflight") {
+		t.Fatalf("stderr %q", stderr.String())
 	}
 }
 
-func TestHelpDocumentsEveryFlag(t *testing.T) {
-	out := captureStderr(t, func() {
-		if c := run([]string{"--help"}); c != 2 {
-			t.Fatalf("exit %d", c)
-		}
-	})
-	for _, f := range []string{"-config", "-listen", "-demo", "-shutdown-timeout", "-log-level", "X-LLM-Priority", "/-/reload"} {
-		if !strings.Contains(out, f) {
+// --help exits 0 and lists every flag and every route.
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	if c := run([]string{"--help"}, &out, io.Discard); c != 0 {
+		t.Fatalf("--help exit %d, want 0", c)
+	}
+	for _, f := range []string{"-config", "-check-config", "-listen", "-demo", "-shutdown-timeout", "-log.level", "-log.format",
+		"-web.enable-lifecycle", "-version", "X-LLM-Priority", "/proxy/", "/metrics", "/api/telemetry/llm-lanes ",
+		"/api/telemetry/llm-lanes/classification", "/api/telemetry/llm-lanes/budget", "/healthz", "/-/healthy", "/-/ready",
+		"/-/reload", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help lacks %s", f)
 		}
 	}
+	if c := run([]string{"--no-such-flag"}, io.Discard, io.Discard); c != 2 {
+		t.Fatalf("a bad flag: exit %d, want 2", c)
+	}
 }
 
-func captureStderr(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, _ := os.Pipe()
-	old := os.Stderr
-	os.Stderr = w
-	done := make(chan string)
-	go func() {
-		var b bytes.Buffer
-		io.Copy(&b, r)
-		done <- b.String()
-	}()
-	f()
-	os.Stderr = old
-	w.Close()
-	return <-done
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if c := run([]string{"--version"}, &out, io.Discard); c != 0 || !strings.HasPrefix(out.String(), "lanes-exporter ") ||
+		!strings.Contains(out.String(), "go1.") {
+		t.Fatalf("--version: exit %d, %q", c, out.String())
+	}
+}
+
+// --check-config says whether a file is good, and what is wrong with it.
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte("limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n"), 0o600)
+	os.WriteFile(bad, []byte("limiter: {max_inflight: lots}\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n"), 0o600)
+	var out, errOut bytes.Buffer
+	if c := run([]string{"--check-config", good}, &out, &errOut); c != 0 || !strings.Contains(out.String(), "ok") {
+		t.Fatalf("good file: exit %d, %q %q", c, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if c := run([]string{"--check-config", bad}, &out, &errOut); c != 1 ||
+		!strings.Contains(errOut.String(), bad) || !strings.Contains(errOut.String(), "line 1: want a whole number, got text `lots`") {
+		t.Fatalf("bad file: exit %d, %q", c, errOut.String())
+	}
+	if c := run([]string{"--check-config", filepath.Join(dir, "missing.yaml")}, io.Discard, io.Discard); c != 1 {
+		t.Fatalf("missing file: exit %d", c)
+	}
+	// The example in the repository is good.
+	if c := run([]string{"--check-config", "../../lanes.example.yaml"}, io.Discard, io.Discard); c != 0 {
+		t.Fatal("lanes.example.yaml does not check")
+	}
+}
+
+// --log.format json: every line is JSON, the proxy's errors included.
+func TestJSONLogs(t *testing.T) {
+	addr := freeAddr(t)
+	dead := freeAddr(t) // nothing listens there
+	file := filepath.Join(t.TempDir(), "lanes.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf("listen: %s\nlimiter: {max_inflight: 2}\nupstreams: [{name: gw, base_url: \"http://%s/v1\"}]\n", addr, dead)), 0o600)
+	var logs syncBuffer
+	code := make(chan int, 1)
+	go func() { code <- run([]string{"--config", file, "--log.format", "json"}, io.Discard, &logs) }()
+	waitFor(t, "http://"+addr+"/-/ready", "ready")
+	res, err := http.Post("http://"+addr+"/proxy/gw/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	<-code
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	sawProxyError := false
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("a log line that is not JSON: %q", l)
+		}
+		sawProxyError = sawProxyError || m["msg"] == "upstream unreachable"
+	}
+	if !sawProxyError || len(lines) < 3 {
+		t.Fatalf("the proxy's error is not in the logs:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

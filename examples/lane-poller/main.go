@@ -3,8 +3,8 @@
 // every few seconds: enough to tell "the gate is throttling on purpose"
 // (local_queue) from "the gateway is dead" (gateway_degraded).
 //
-//	go run ./examples/lane-poller -exporter http://127.0.0.1:9464 -upstream sim -model protolabs/smart
-//	go run ./examples/lane-poller -exporter http://127.0.0.1:9464            # every lane
+//	go run ./examples/lane-poller -exporter http://127.0.0.1:4470 -upstream sim -model protolabs/smart
+//	go run ./examples/lane-poller -exporter http://127.0.0.1:4470            # every lane
 package main
 
 import (
@@ -33,7 +33,7 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("lane-poller", flag.ContinueOnError)
-	exporter := fs.String("exporter", "http://127.0.0.1:9464", "lanes-exporter's address")
+	exporter := fs.String("exporter", "http://127.0.0.1:4470", "lanes-exporter's address")
 	upstream := fs.String("upstream", "", "the configured upstream's name (with -model: one lane)")
 	model := fs.String("model", "", "the model (with -upstream: one lane)")
 	every := fs.Duration("every", 5*time.Second, "how often to poll")

@@ -56,6 +56,12 @@ classification: {wait_p90: 10s}
 
 // Start starts the simulator, the exporter on listen, and the load.
 func Start(listen string, log *slog.Logger) (*Demo, error) {
+	return StartWith(listen, exporter.Options{Log: log})
+}
+
+// StartWith is Start with the exporter's options (its logger, its
+// OpenTelemetry setup).
+func StartWith(listen string, o exporter.Options) (*Demo, error) {
 	sim := gatewaysim.New(gatewaysim.Config{Capacity: 8, TokenTime: 50 * time.Millisecond, Tokens: 40,
 		FirstTokenDelay: 200 * time.Millisecond, PropagateDisconnect: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,7 +75,7 @@ func Start(listen string, log *slog.Logger) (*Demo, error) {
 		d.simSrv.Close()
 		return nil, err
 	}
-	srv, err := exporter.New(cfg, exporter.Options{Log: log})
+	srv, err := exporter.New(cfg, o)
 	if err != nil {
 		d.simSrv.Close()
 		return nil, err

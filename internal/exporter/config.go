@@ -48,6 +48,10 @@ type Upstream struct {
 	// Models, when set, are the only models a call may name: exact ids or
 	// path.Match globs ("protolabs/*"). Others get a 403 model_not_allowed.
 	Models []string `yaml:"models"`
+	// Provider is the GenAI provider its spans name (gen_ai.provider.name:
+	// openai, anthropic, aws.bedrock, ...); "" means openai, or anthropic
+	// for /messages.
+	Provider string `yaml:"provider"`
 }
 
 // MetricsConfig sets the metric name prefix.
@@ -103,7 +107,7 @@ type Duration time.Duration
 
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("want a duration such as 300s or 5m, or a number of seconds")
+		return fmt.Errorf("line %d: want a duration such as 300s or 5m, or a number of seconds", n.Line)
 	}
 	if secs, err := strconv.ParseFloat(n.Value, 64); err == nil {
 		*d = Duration(secs * float64(time.Second))
@@ -111,7 +115,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration: want e.g. 300s, 5m or a number of seconds", n.Value)
+		return fmt.Errorf("line %d: %q is not a duration: want e.g. 300s, 5m or a number of seconds", n.Line, n.Value)
 	}
 	*d = Duration(v)
 	return nil
@@ -119,7 +123,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // Defaults.
 const (
-	DefaultListen                = "127.0.0.1:9464"
+	DefaultListen                = "127.0.0.1:4470"
 	DefaultTargetInterval        = 10 * time.Second
 	DefaultMaxBodyBytes          = 32 << 20
 	DefaultBodyReadTimeout       = 60 * time.Second
@@ -179,8 +183,51 @@ func ParseConfig(file string, b []byte) (*Config, error) {
 	return c, nil
 }
 
+// cleanYAML says what a YAML error means in the file's terms: its line,
+// and what was wanted there, never a Go type name.
 func cleanYAML(err error) error {
-	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if m := unknownKeyRE.FindStringSubmatch(l); m != nil {
+			l = fmt.Sprintf("%s: unknown key %q (lanes.example.yaml lists every key)", m[1], m[2])
+		} else if m := wrongTypeRE.FindStringSubmatch(l); m != nil {
+			got := yamlKinds[m[2]]
+			if m[3] != "" {
+				got += " " + m[3]
+			}
+			l = fmt.Sprintf("%s: want %s, got %s", m[1], goKind(m[4]), got)
+		}
+		lines = append(lines, l)
+	}
+	return errors.New(strings.Join(lines, "; "))
+}
+
+var (
+	unknownKeyRE = regexp.MustCompile(`^(line \d+): field (\S+) not found in type \S+$`)
+	wrongTypeRE  = regexp.MustCompile("^(line \\d+): cannot unmarshal !!(\\w+) ?(`[^`]*`)? into (\\S+)$")
+	yamlKinds    = map[string]string{"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
+		"seq": "a list", "map": "a mapping", "null": "nothing", "timestamp": "a time"}
+)
+
+// goKind says in words what a Go type of the configuration wants.
+func goKind(t string) string {
+	t = strings.TrimPrefix(t, "*")
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "a whole number"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "string":
+		return "text"
+	case t == "bool":
+		return "true or false"
+	}
+	return "a mapping of keys to values"
 }
 
 func keyErr(key, format string, args ...any) error {

@@ -41,7 +41,10 @@ func TestConfigErrors(t *testing.T) {
 		{"limiter: {max_inflight: -1}\n" + up, "limiter.max_inflight", "want 0 (off) or more"},
 		{"limiter: {queue_timeout: soon}\n" + up, "", `"soon" is not a duration`},
 		{"limiter: {interactive_reserve: -1}\n" + up, "limiter.interactive_reserve", "want 0 or more"},
-		{"limiter: {max_infligt: 3}\n" + up, "", "field max_infligt not found"},
+		{"limiter: {max_infligt: 3}\n" + up, "", `line 1: unknown key "max_infligt"`},
+		{"limiter: {max_inflight: abc}\n" + up, "", "line 1: want a whole number, got text `abc`"},
+		{"upstreams: {a: 1}\n", "", "line 1: want a list, got a mapping"},
+		{"proxy: {stall_timeout: [1]}\n" + up, "", "line 1: want a duration"},
 		{"", "upstreams", "none configured"},
 		{"upstreams: [{name: gw, base_url: \"ftp://gw\"}]", "upstreams[0].base_url", "want an http or https URL"},
 		{"upstreams: [{name: gw, base_url: \"https://user:pw@gw/v1\"}]", "upstreams[0].base_url", "carries credentials"},
@@ -51,13 +54,17 @@ func TestConfigErrors(t *testing.T) {
 		{"metrics: {prefix: 9x}\n" + up, "metrics.prefix", "not starting with a digit"},
 		{"classification: {error_ratio: 2}\n" + up, "classification", "error_ratio is 2"},
 		{"targets: [{name: a, url: \"not a url\"}]\n" + up, "targets[0].url", "want the http URL"},
-		{"limiter: [1, 2]\n" + up, "", "cannot unmarshal"},
+		{"limiter: [1, 2]\n" + up, "", "line 1: want a mapping of keys to values, got a list"},
 	} {
 		_, err := ParseConfig("conf/lanes.yaml", []byte(tc.yaml))
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.File != "conf/lanes.yaml" || ce.Key != tc.key || !strings.Contains(err.Error(), tc.what) ||
 			!strings.HasPrefix(err.Error(), "config conf/lanes.yaml: ") {
 			t.Errorf("%q: err %v, want key %q and %q", tc.yaml, err, tc.key, tc.what)
+		}
+		// In words: never a Go type name.
+		if err != nil && (strings.Contains(err.Error(), "exporter.") || strings.Contains(err.Error(), " int") || strings.Contains(err.Error(), "!!")) {
+			t.Errorf("%q: %v names a Go type", tc.yaml, err)
 		}
 	}
 }

@@ -245,3 +245,21 @@ func TestModelChecks(t *testing.T) {
 		t.Fatalf("a bad glob: %v", err)
 	}
 }
+
+// /-/healthy answers while the process runs; /-/ready turns 503 as soon as
+// shutdown begins, before the listener stops.
+func TestHealthyAndReady(t *testing.T) {
+	h := newHostile(t, "limiter: {max_inflight: 2}\nupstreams: [{name: gw, base_url: UPSTREAM}]\n", Options{})
+	for path, want := range map[string]int{"/-/healthy": 200, "/-/ready": 200, "/healthz": 200} {
+		if code, _ := get(t, h.base+path); code != want {
+			t.Fatalf("%s: %d", path, code)
+		}
+	}
+	h.srv.Stop() // what Listener.Shutdown does first
+	if code, body := get(t, h.base+"/-/ready"); code != 503 || !strings.Contains(body, "shutting down") {
+		t.Fatalf("/-/ready during shutdown: %d %s", code, body)
+	}
+	if code, _ := get(t, h.base+"/-/healthy"); code != 200 {
+		t.Fatalf("/-/healthy during shutdown: %d", code)
+	}
+}

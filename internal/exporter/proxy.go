@@ -17,9 +17,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+	"github.com/llmlanes/llmlanes/otelbridge"
 )
+
+// providerOpt names the upstream's GenAI provider in its spans, when the
+// configuration says which it is.
+func (s *Server) providerOpt(u Upstream) []otelbridge.TransportOption {
+	if u.Provider == "" {
+		return nil
+	}
+	return []otelbridge.TransportOption{otelbridge.WithProviderName(u.Provider)}
+}
 
 // PriorityHeader carries a proxied call's class; it is stripped before
 // forwarding.
@@ -59,7 +71,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del(PriorityHeader)
 		},
-		Transport:      s.tel.Bridge().Transport(lanes),
+		Transport:      s.tel.Bridge().Transport(lanes, s.providerOpt(u)...),
 		FlushInterval:  -1, // streams pass through chunk by chunk
 		ModifyResponse: checkClientBody,
 		ErrorHandler:   s.proxyError(up),
@@ -105,7 +117,9 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_path", "the path may not contain . or .. segments")
 		return
 	}
-	ctx := r.Context()
+	// The caller's trace (traceparent) becomes the parent of the call's
+	// spans, which the bridge then hands on to the gateway.
+	ctx := s.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	if v := r.Header.Get(PriorityHeader); v != "" {
 		p, err := limiter.ParsePriority(v)
 		if err != nil {

@@ -14,8 +14,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/llmlanes/llmlanes/internal/version"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -40,6 +45,7 @@ type Server struct {
 	queued     *semaphore.Weighted // bytes of request bodies held, bounded by limits.max_queued_bytes
 	lifecycle  bool
 	stopping   atomic.Bool // shutdown has begun: not ready, every call refused
+	propagator propagation.TextMapPropagator
 }
 
 func (s *Server) targets() *pollers { return s.polls.Load() }
@@ -55,6 +61,12 @@ type Options struct {
 	// EnableLifecycle allows POST /-/reload (the --web.enable-lifecycle
 	// flag, as in Prometheus); SIGHUP reloads in any case.
 	EnableLifecycle bool
+	// TracerProvider, Propagator and MetricExporters are the OpenTelemetry
+	// setup (see internal/otelsetup); nil means no traces, W3C trace
+	// context, and no OTLP metrics.
+	TracerProvider  trace.TracerProvider
+	Propagator      propagation.TextMapPropagator
+	MetricExporters []sdkmetric.Exporter
 }
 
 // New builds a server from a checked configuration.
@@ -74,7 +86,15 @@ func New(cfg *Config, o Options) (*Server, error) {
 			ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
 		}
 	}
-	tel, err := telemetry.New(telemetry.Options{Prefix: cfg.Metrics.Prefix, Thresholds: cfg.thresholds()})
+	if o.TracerProvider == nil {
+		o.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if o.Propagator == nil {
+		o.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	s.propagator = o.Propagator
+	tel, err := telemetry.New(telemetry.Options{Prefix: cfg.Metrics.Prefix, Thresholds: cfg.thresholds(),
+		TracerProvider: o.TracerProvider, Propagator: o.Propagator, MetricExporters: o.MetricExporters})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +116,12 @@ func New(cfg *Config, o Options) (*Server, error) {
 		Help: "1 if the last configuration reload succeeded (or none was tried), 0 if it was refused."})
 	s.reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "_config_last_reload_success_timestamp_seconds",
 		Help: "When the configuration was last loaded successfully, in Unix seconds."})
-	tel.Registry().MustRegister(s.reloadOK, s.reloadTime, newTargetCollector(s, p))
+	vi := version.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "_build_info",
+		Help:        "Always 1; the labels say which build of lanes-exporter is running.",
+		ConstLabels: prometheus.Labels{"version": vi.Version, "revision": vi.Revision, "goversion": vi.GoVersion}})
+	buildInfo.Set(1)
+	tel.Registry().MustRegister(s.reloadOK, s.reloadTime, buildInfo, newTargetCollector(s, p))
 	tel.SetSources(func() []telemetry.Source { return s.targets().sources() })
 	s.reloadOK.Set(1)
 	s.reloadTime.SetToCurrentTime()
