@@ -62,7 +62,7 @@ func FromEnv(ctx context.Context, version string) (*Setup, error) {
 	if !tracesOn && !metricsOn {
 		return s, nil
 	}
-	res, err := resource.New(ctx, resource.WithSchemaURL(semconv.SchemaURL), resource.WithTelemetrySDK(),
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
 		resource.WithAttributes(semconv.ServiceName("lanes-exporter"), semconv.ServiceVersion(version)),
 		resource.WithFromEnv()) // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 	if err != nil {
