@@ -155,5 +155,3 @@ func keys(m map[string]*tracepb.Span) []string {
 	}
 	return ks
 }
-
-
