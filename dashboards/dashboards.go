@@ -27,7 +27,7 @@ var Prefixes = []string{"llmlanes", "protoagent"}
 var ds = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
 
 // qb builds a dashboard's queries: in an expression, P_ stands for the
-// metric prefix and SEL for the instance and lane selector.
+// metric prefix and SEL for the job, instance and lane selector.
 type qb struct{ prefix, sel string }
 
 func (b qb) expr(e string) string {
@@ -50,33 +50,60 @@ func step(v *float64, color string) dashboard.Threshold {
 	return dashboard.Threshold{Value: v, Color: color}
 }
 
-func series(title, unit string, w, h uint32, targets ...cog.Builder[variants.Dataquery]) *timeseries.PanelBuilder {
-	p := timeseries.NewPanelBuilder().Title(title).Datasource(ds).Unit(unit).Span(w).Height(h).FillOpacity(10)
+// series is a time series panel: every one has a description and a unit.
+func series(title, desc, unit string, w, h uint32, targets ...cog.Builder[variants.Dataquery]) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).Span(w).Height(h).FillOpacity(10).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending)).
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom))
 	for _, t := range targets {
 		p = p.WithTarget(t)
 	}
 	return p
 }
 
+// statPanel is a stat panel that shows the name of each series that is 1.
+func statPanel(title, desc string, w, h uint32, target cog.Builder[variants.Dataquery]) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit("none").Span(w).Height(h).
+		WithTarget(target).TextMode(common.BigValueTextModeName).Orientation(common.VizOrientationAuto).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}).Values(false))
+}
+
+// tablePanel is an instant-query table.
+func tablePanel(title, desc string, w, h uint32) *table.PanelBuilder {
+	return table.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit("none").Span(w).Height(h).
+		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{}))
+}
+
 func variables(prefix string, multiLane bool) []cog.Builder[dashboard.VariableModel] {
-	lane := dashboard.NewQueryVariableBuilder("lane").Label("lane").Datasource(ds).
-		Query(dashboard.StringOrMap{String: cog.ToPtr("label_values(" + prefix + `_llm_inflight{instance=~"$instance"}, lane)`)}).
-		Refresh(dashboard.VariableRefreshOnTimeRangeChanged)
+	query := func(name, q string) *dashboard.QueryVariableBuilder {
+		return dashboard.NewQueryVariableBuilder(name).Label(name).Datasource(ds).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(q)}).Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc)
+	}
+	lane := query("lane", "label_values("+prefix+`_llm_inflight{job=~"$job",instance=~"$instance"}, lane)`)
 	if multiLane {
 		lane = lane.Multi(true).IncludeAll(true)
 	}
 	return []cog.Builder[dashboard.VariableModel]{
 		dashboard.NewDatasourceVariableBuilder("datasource").Label("data source").Type("prometheus"),
-		dashboard.NewQueryVariableBuilder("instance").Label("instance").Datasource(ds).
-			Query(dashboard.StringOrMap{String: cog.ToPtr("label_values(" + prefix + "_llm_inflight, instance)")}).
-			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Multi(true).IncludeAll(true),
+		query("job", "label_values("+prefix+"_llm_inflight, job)").Multi(true).IncludeAll(true),
+		query("instance", "label_values("+prefix+`_llm_inflight{job=~"$job"}, instance)`).Multi(true).IncludeAll(true),
 		lane,
 		dashboard.NewTextBoxVariableBuilder("exporter").Label("lanes-exporter URL").
-			Description("Where the classification (state, reasons, hold text) is served: hold texts are not metrics."),
+			Description("Where the classification (state, reasons, hold text) is served: hold texts are not metrics.").
+			DefaultValue(dashboard.StringOrMap{String: cog.ToPtr("http://127.0.0.1:4470")}),
 	}
 }
 
+// title and uid tell the dashboards of different prefixes apart.
+func titleAndUID(title, uid, prefix string) (string, string) {
+	if prefix == "llmlanes" {
+		return title, "llmlanes-" + uid
+	}
+	return title + " (" + prefix + ")", "llmlanes-" + prefix + "-" + uid
+}
+
 func base(title, uid, desc string, prefix string, multiLane bool) *dashboard.DashboardBuilder {
+	title, uid = titleAndUID(title, uid, prefix)
 	b := dashboard.NewDashboardBuilder(title).Uid(uid).Description(desc).Tags([]string{"llmlanes", "llm"}).
 		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser).Editable().
 		Link(dashboard.NewDashboardLinkBuilder("Lane classification and hold texts").Type(dashboard.DashboardLinkTypeLink).
@@ -87,20 +114,22 @@ func base(title, uid, desc string, prefix string, multiLane bool) *dashboard.Das
 	return b
 }
 
-// Overview is "LLM lanes — overview": every lane's state and queue.
+const laneSel = `job=~"$job",instance=~"$instance",lane=~"$lane"`
+
+// Overview is "LLM lanes — overview": every lane's state and queue, this
+// process's and other processes' (lanes-exporter targets).
 func Overview(prefix string) (dashboard.Dashboard, error) {
-	b := qb{prefix, `instance=~"$instance",lane=~"$lane"`}
+	b := qb{prefix, laneSel}
 	secs := func(v float64) *float64 { return &v }
-	lanes := table.NewPanelBuilder().Title("Lanes").Datasource(ds).Span(24).Height(8).
-		Description("One row per lane: its classification, slots, queue by class, p90 wait and queue timeouts of the last 5 minutes. Hold texts are sentences, not metrics: the classification route (dashboard link) has them.").
-		WithTarget(b.instant(`max by (instance, lane, state) (P_llm_lane_state{SEL} == 1)`, "state")).
-		WithTarget(b.instant(`sum by (instance, lane) (P_llm_inflight{SEL})`, "inflight")).
-		WithTarget(b.instant(`sum by (instance, lane) (P_llm_limit{SEL})`, "limit")).
-		WithTarget(b.instant(`sum by (instance, lane) (P_llm_queue_depth{SEL,priority="interactive"})`, "queued_interactive")).
-		WithTarget(b.instant(`sum by (instance, lane) (P_llm_queue_depth{SEL,priority="default"})`, "queued_default")).
-		WithTarget(b.instant(`sum by (instance, lane) (P_llm_queue_depth{SEL,priority="bulk"})`, "queued_bulk")).
-		WithTarget(b.instant(`histogram_quantile(0.9, sum by (instance, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[5m])))`, "wait_p90")).
-		WithTarget(b.instant(`sum by (instance, lane) (increase(P_llm_queue_timeouts_total{SEL}[5m]))`, "timeouts_5m")).
+	lanes := tablePanel("Lanes", "One row per lane: its classification (as the classification route and the alert rules see it), slots, queue by class, p90 wait and queue timeouts of the last 5 minutes. Hold texts are sentences, not metrics: the classification route (dashboard link) has them.", 24, 8).
+		WithTarget(b.instant(`max by (job, instance, lane, state) (P_llm_lane_state{SEL} == 1)`, "state")).
+		WithTarget(b.instant(`sum by (job, instance, lane) (P_llm_inflight{SEL})`, "inflight")).
+		WithTarget(b.instant(`sum by (job, instance, lane) (P_llm_limit{SEL})`, "limit")).
+		WithTarget(b.instant(`sum by (job, instance, lane) (P_llm_queue_depth{SEL,priority="interactive"})`, "queued_interactive")).
+		WithTarget(b.instant(`sum by (job, instance, lane) (P_llm_queue_depth{SEL,priority="default"})`, "queued_default")).
+		WithTarget(b.instant(`sum by (job, instance, lane) (P_llm_queue_depth{SEL,priority="bulk"})`, "queued_bulk")).
+		WithTarget(b.instant(`histogram_quantile(0.9, sum by (job, instance, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[5m])))`, "wait_p90")).
+		WithTarget(b.instant(`sum by (job, instance, lane) (increase(P_llm_queue_timeouts_total{SEL}[5m]))`, "timeouts_5m")).
 		WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
 		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
 			"excludeByName": map[string]any{"Time": true, "Value #state": true},
@@ -108,62 +137,74 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 				"Value #queued_interactive": "queued interactive", "Value #queued_default": "queued default",
 				"Value #queued_bulk": "queued bulk", "Value #wait_p90": "p90 wait (s)", "Value #timeouts_5m": "queue timeouts 5m"},
 		}})
-	d := base("LLM lanes — overview", "llmlanes-overview",
-		"Every llmlanes lane: state, slots, queue by class, waits, queue timeouts, the gateway's answers, and per-process budgets against capacity.", prefix, true).
+	targets := tablePanel("Other processes' lanes", "Lanes of the processes whose snapshots lanes-exporter reads (its targets: Python agents, other services), by target: state, slots, queue and p90 wait.", 24, 7).
+		WithTarget(b.instant(`max by (job, instance, target, lane, state) (P_target_llm_lane_state{job=~"$job",instance=~"$instance"} == 1)`, "state")).
+		WithTarget(b.instant(`sum by (job, instance, target, lane) (P_target_llm_inflight{job=~"$job",instance=~"$instance"})`, "inflight")).
+		WithTarget(b.instant(`sum by (job, instance, target, lane) (P_target_llm_limit{job=~"$job",instance=~"$instance"})`, "limit")).
+		WithTarget(b.instant(`sum by (job, instance, target, lane) (P_target_llm_queue_depth{job=~"$job",instance=~"$instance"})`, "queued")).
+		WithTarget(b.instant(`max by (job, instance, target, lane) (P_target_llm_wait_p90_seconds{job=~"$job",instance=~"$instance"})`, "wait_p90")).
+		WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
+		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+			"excludeByName": map[string]any{"Time": true, "Value #state": true},
+			"renameByName":  map[string]any{"Value #inflight": "in flight", "Value #limit": "limit", "Value #queued": "queued", "Value #wait_p90": "p90 wait (s)"},
+		}})
+	d := base("LLM lanes — overview", "overview",
+		"Every llmlanes lane: state, slots, queue by class, waits, queue timeouts, the gateway's answers, other processes' lanes, and per-process budgets against capacity.", prefix, true).
 		WithPanel(lanes).
-		WithPanel(series("In flight vs limit", "short", 12, 8,
-			b.q(`sum by (lane) (P_llm_inflight{SEL})`, "{{lane}} in flight"),
-			b.q(`max by (lane) (P_llm_limit{SEL})`, "{{lane}} limit"))).
-		WithPanel(series("Queue depth by priority", "short", 12, 8,
-			b.q(`sum by (priority) (P_llm_queue_depth{SEL})`, "{{priority}}")).
+		WithPanel(series("In flight vs limit", "Calls holding a slot, per lane, beside the lane's limit.", "short", 12, 8,
+			b.q(`sum by (job, lane) (P_llm_inflight{SEL})`, "{{lane}} in flight"),
+			b.q(`max by (job, lane) (P_llm_limit{SEL})`, "{{lane}} limit"))).
+		WithPanel(series("Queue depth by priority", "Calls waiting for a slot, by class, in every selected lane.", "short", 12, 8,
+			b.q(`sum by (job, priority) (P_llm_queue_depth{SEL})`, "{{priority}}")).
 			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
-		WithPanel(series("Queue wait p50 / p90", "s", 12, 8,
-			b.q(`histogram_quantile(0.5, sum by (lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
-			b.q(`histogram_quantile(0.9, sum by (lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90")).
+		WithPanel(series("Queue wait p50 / p90", "How long calls wait for a slot (grants and queue timeouts), per lane; orange past 30 s, red past 60 s.", "s", 12, 8,
+			b.q(`histogram_quantile(0.5, sum by (job, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
+			b.q(`histogram_quantile(0.9, sum by (job, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90")).
 			Thresholds(thresholds(step(nil, "green"), step(secs(30), "orange"), step(secs(60), "red")))).
-		WithPanel(series("Queue timeouts", "ops", 12, 8,
-			b.q(`sum by (lane) (rate(P_llm_queue_timeouts_total{SEL}[$__rate_interval]))`, "{{lane}}"))).
-		WithPanel(series("Upstream outcomes and retries", "reqps", 12, 8,
-			b.q(`sum by (outcome) (rate(P_llm_upstream_requests_total{SEL}[$__rate_interval]))`, "{{outcome}}"),
-			b.q(`sum(rate(P_llm_upstream_retries_total{SEL}[$__rate_interval]))`, "SDK retries"))).
-		WithPanel(series("Upstream time to first byte p50 / p90", "s", 12, 8,
-			b.q(`histogram_quantile(0.5, sum by (lane, le) (rate(P_llm_upstream_first_byte_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
-			b.q(`histogram_quantile(0.9, sum by (lane, le) (rate(P_llm_upstream_first_byte_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90"))).
-		WithPanel(series("Per-process budget vs gateway capacity", "short", 24, 8,
-			b.q(`max by (lane) (P_llm_lane_budget{SEL})`, "{{lane}} sum of limits"),
-			b.q(`max by (lane) (P_llm_lane_capacity{SEL})`, "{{lane}} capacity")))
+		WithPanel(series("Queue timeouts", "Calls that waited the whole queue timeout and got a 503 lane_queue_timeout, per second.", "ops", 12, 8,
+			b.q(`sum by (job, lane) (rate(P_llm_queue_timeouts_total{SEL}[$__rate_interval]))`, "{{lane}}"))).
+		WithPanel(series("Upstream outcomes and retries", "The gateway's answers by outcome, and calls that were retries, per second.", "reqps", 12, 8,
+			b.q(`sum by (job, outcome) (rate(P_llm_upstream_requests_total{SEL}[$__rate_interval]))`, "{{outcome}}"),
+			b.q(`sum by (job) (rate(P_llm_upstream_retries_total{SEL}[$__rate_interval]))`, "retries"))).
+		WithPanel(series("Upstream time to first byte p50 / p90", "From sending a call (its slot held) to the first byte of the answer: the gateway's own latency, queue excluded.", "s", 12, 8,
+			b.q(`histogram_quantile(0.5, sum by (job, lane, le) (rate(P_llm_upstream_first_byte_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
+			b.q(`histogram_quantile(0.9, sum by (job, lane, le) (rate(P_llm_upstream_first_byte_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90"))).
+		WithPanel(targets).
+		WithPanel(series("Other processes: in flight vs limit", "Calls holding a slot in other processes' lanes (lanes-exporter targets), beside their limits.", "short", 12, 8,
+			b.q(`sum by (job, target, lane) (P_target_llm_inflight{job=~"$job",instance=~"$instance"})`, "{{target}} {{lane}} in flight"),
+			b.q(`max by (job, target, lane) (P_target_llm_limit{job=~"$job",instance=~"$instance"})`, "{{target}} {{lane}} limit"))).
+		WithPanel(series("Per-process budget vs gateway capacity", "Each lane's limits summed across this exporter and its targets, beside the upstream's configured capacity: above it, the processes together can overload the gateway.", "short", 12, 8,
+			b.q(`max by (job, lane) (P_llm_lane_budget{job=~"$job",instance=~"$instance",lane=~"$lane"})`, "{{lane}} sum of limits"),
+			b.q(`max by (job, lane) (P_llm_lane_capacity{job=~"$job",instance=~"$instance",lane=~"$lane"})`, "{{lane}} capacity")))
 	return d.Build()
 }
 
 // Detail is "LLM lane — detail": one lane.
 func Detail(prefix string) (dashboard.Dashboard, error) {
-	b := qb{prefix, `instance=~"$instance",lane="$lane"`}
-	d := base("LLM lane — detail", "llmlanes-lane-detail",
+	b := qb{prefix, `job=~"$job",instance=~"$instance",lane="$lane"`}
+	d := base("LLM lane — detail", "lane-detail",
 		"One llmlanes lane: its state, the wait heatmap with exemplars linking to traces, waits and queue by class, and upstream health.", prefix, false).
-		WithPanel(stat.NewPanelBuilder().Title("State").Datasource(ds).Span(6).Height(5).
-			Description("The lane's classification, as the classification route and the alert rules see it: idle, healthy, local_queue or gateway_degraded.").
-			WithTarget(b.q(`max by (state) (P_llm_lane_state{SEL} == 1)`, "{{state}}")).
-			TextMode(common.BigValueTextModeName)).
-		WithPanel(stat.NewPanelBuilder().Title("Reasons").Datasource(ds).Span(6).Height(5).
-			Description("Every classification reason that holds. Gateway reasons (upstream_errors, retries) stay listed when the state is local_queue.").
-			WithTarget(b.q(`max by (reason) (P_llm_lane_reason{SEL} == 1)`, "{{reason}}")).
-			TextMode(common.BigValueTextModeName)).
-		WithPanel(series("In flight vs limit", "short", 12, 5,
+		WithPanel(statPanel("State", "The lane's classification, as the classification route and the alert rules see it: idle, healthy, local_queue or gateway_degraded.", 6, 5,
+			b.q(`max by (state) (P_llm_lane_state{SEL} == 1)`, "{{state}}"))).
+		WithPanel(statPanel("Reasons", "Every classification reason that holds. Gateway reasons (upstream_errors, retries) stay listed when the state is local_queue.", 6, 5,
+			b.q(`max by (reason) (P_llm_lane_reason{SEL} == 1)`, "{{reason}}"))).
+		WithPanel(series("In flight vs limit", "Calls holding a slot, the lane's limit, and the slots reserved for interactive calls.", "short", 12, 5,
 			b.q(`sum(P_llm_inflight{SEL})`, "in flight"), b.q(`max(P_llm_limit{SEL})`, "limit"), b.q(`max(P_llm_reserve{SEL})`, "reserved for interactive"))).
-		WithPanel(heatmap.NewPanelBuilder().Title("Queue wait").Datasource(ds).Span(24).Height(9).
-			Description("Waits for a slot; exemplars (dots) link to the call's trace when tracing is on.").
+		WithPanel(heatmap.NewPanelBuilder().Title("Queue wait").Datasource(ds).Span(24).Height(9).Unit("s").
+			Description("Waits for a slot (grants and queue timeouts); exemplars (dots) link to the call's trace when tracing is on.").
 			Calculate(false).ExemplarsColor("rgba(255,0,255,0.7)").
+			Tooltip(heatmap.NewHeatmapTooltipBuilder().Mode(common.TooltipDisplayModeSingle)).
 			WithTarget(prometheus.NewDataqueryBuilder().Datasource(ds).
 				Expr(b.expr(`sum by (le) (increase(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval]))`)).
 				Format(prometheus.PromQueryFormatHeatmap).LegendFormat("{{le}}").Exemplar(true).Range())).
-		WithPanel(series("Wait p90 by class", "s", 12, 8,
+		WithPanel(series("Wait p90 by class", "The 90th percentile of the wait for a slot, by the call's own class.", "s", 12, 8,
 			b.q(`histogram_quantile(0.9, sum by (priority, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{priority}}"))).
-		WithPanel(series("Queue depth by class", "short", 12, 8,
+		WithPanel(series("Queue depth by class", "Calls waiting for a slot, by class.", "short", 12, 8,
 			b.q(`sum by (priority) (P_llm_queue_depth{SEL})`, "{{priority}}")).
 			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
-		WithPanel(series("Upstream health", "reqps", 24, 8,
+		WithPanel(series("Upstream health", "The gateway's answers by outcome, retries and queue timeouts, per second.", "reqps", 24, 8,
 			b.q(`sum by (outcome) (rate(P_llm_upstream_requests_total{SEL}[$__rate_interval]))`, "{{outcome}}"),
-			b.q(`sum(rate(P_llm_upstream_retries_total{SEL}[$__rate_interval]))`, "SDK retries"),
+			b.q(`sum(rate(P_llm_upstream_retries_total{SEL}[$__rate_interval]))`, "retries"),
 			b.q(`sum(rate(P_llm_queue_timeouts_total{SEL}[$__rate_interval]))`, "queue timeouts")))
 	return d.Build()
 }
@@ -188,10 +229,10 @@ func Files(prefix string) (map[string][]byte, error) {
 }
 
 // Substitute gives an expression's Grafana template variables values
-// that match everything ($instance, $lane) and a 1m rate interval, so that
+// that match everything ($job, $instance, $lane) and a 1m rate interval, so that
 // Prometheus or promtool can parse and run it.
 func Substitute(expr string) string {
-	return strings.NewReplacer(`"$instance"`, `".*"`, `=~"$lane"`, `=~".*"`, `="$lane"`, `=~".*"`,
+	return strings.NewReplacer(`"$job"`, `".*"`, `"$instance"`, `".*"`, `=~"$lane"`, `=~".*"`, `="$lane"`, `=~".*"`,
 		"$__rate_interval", "1m").Replace(expr)
 }
 

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/llmlanes/llmlanes/dashboards"
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 )
@@ -43,16 +45,28 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	defer fs.Close()
 	defer healthy.Close()
 	defer failing.Close()
+	// Another process's snapshot, for the target panels.
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"enabled":true,"generated_at":"2026-09-28T09:00:00Z","lanes":[{"lane":"%s/v1|m","limit":3,"reserve":1,"inflight":1,"queued":0,
+			"queued_by_priority":{"interactive":0,"default":0,"bulk":0},"oldest_wait_s":0.0,"wait_p50_s_5m":1.0,"wait_p90_s_5m":2.0,
+			"queue_timeouts_5m":0,"saturated":false}]}`, hs.URL)
+	}))
+	defer target.Close()
 	cfg, err := ParseConfig("e2e.yaml", []byte(fmt.Sprintf(`
 limiter: {max_inflight: 2, queue_timeout: 600s, interactive_reserve: 0}
 upstreams:
   - {name: healthy, base_url: "%s/v1", capacity: 8}
   - {name: failing, base_url: "%s/v1", capacity: 8}
-`, hs.URL, fs.URL)))
+targets: [{name: vera, url: "%s", interval: 1s}]
+`, hs.URL, fs.URL, target.URL)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Options{})
+	// Tracing on (sampled, exported nowhere): the wait histogram's
+	// exemplars then carry trace ids, which Prometheus must store.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer tp.Shutdown(context.Background())
+	srv, err := New(cfg, Options{TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +82,12 @@ upstreams:
 	var wg sync.WaitGroup
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.Transport.(*http.Transport).CloseIdleConnections()
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	call := func(upstream string, retry int) int {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+l.Addr+"/proxy/"+upstream+"/chat/completions",
 			strings.NewReader(`{"model":"m","stream":true}`))
 		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(retry))
+		req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01") // every call in one caller's trace
 		res, err := client.Do(req)
 		if err != nil {
 			return 0
@@ -123,7 +139,7 @@ scrape_configs:
 	promAddr := ln.Addr().String()
 	ln.Close()
 	prom := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+promAddr, "--log.level=warn")
+		"--web.listen-address="+promAddr, "--log.level=warn", "--enable-feature=exemplar-storage")
 	prom.Stderr = os.Stderr
 	if err := prom.Start(); err != nil {
 		t.Fatal(err)
@@ -189,8 +205,32 @@ scrape_configs:
 			}
 		}
 	}
-	if n != 7 {
-		t.Errorf("%d rules loaded, want 7", n)
+	if n != 9 {
+		t.Errorf("%d rules loaded, want 9", n)
+	}
+
+	// Prometheus stored an exemplar of the wait histogram whose trace id
+	// is the callers' trace: the dashboards' exemplar links point at it.
+	var ex struct {
+		Status string
+		Data   []struct {
+			Exemplars []struct{ Labels map[string]string }
+		}
+	}
+	now := time.Now()
+	q := "/api/v1/query_exemplars?query=" + url.QueryEscape("llmlanes_llm_queue_wait_seconds_bucket") +
+		fmt.Sprintf("&start=%d&end=%d", now.Add(-10*time.Minute).Unix(), now.Unix())
+	if err := api(q, &ex); err != nil || ex.Status != "success" {
+		t.Fatalf("query_exemplars: %v %s", err, ex.Status)
+	}
+	found := false
+	for _, d := range ex.Data {
+		for _, e := range d.Exemplars {
+			found = found || e.Labels["trace_id"] == traceID
+		}
+	}
+	if !found {
+		t.Errorf("no exemplar with trace id %s stored by Prometheus: %+v", traceID, ex.Data)
 	}
 
 	// Every dashboard query returns data.
