@@ -10,6 +10,7 @@ package alerts
 import (
 	_ "embed"
 	"regexp"
+	"strings"
 )
 
 // Source is llmlanes.rules.yml.
@@ -29,6 +30,31 @@ func ForPrefix(prefix string) []byte {
 // Generated returns the generated files, by path from the repository root.
 func Generated() map[string][]byte {
 	return map[string][]byte{
-		"alerts/protoagent.rules.yml": ForPrefix("protoagent"),
+		"alerts/protoagent.rules.yml":           ForPrefix("protoagent"),
+		"deploy/kubernetes/prometheusrule.yaml": PrometheusRule(),
 	}
+}
+
+// PrometheusRule returns the rules as a prometheus-operator PrometheusRule:
+// the source's groups, indented under spec.
+func PrometheusRule() []byte {
+	var b strings.Builder
+	b.WriteString(`# Generated from alerts/llmlanes.rules.yml by go run ./alerts/gen; do not edit.
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: lanes-exporter
+  labels: {app.kubernetes.io/name: lanes-exporter}
+spec:
+`)
+	for _, line := range strings.SplitAfter(string(Source), "\n") {
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue // the source's header comment
+		}
+		if line != "\n" {
+			b.WriteString("  ")
+		}
+		b.WriteString(line)
+	}
+	return []byte(b.String())
 }
