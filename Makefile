@@ -1,7 +1,7 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test e2e fuzz tools fmt-check vet bench
+.PHONY: demo test e2e fuzz tools fmt-check vet bench replay
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
@@ -47,3 +47,8 @@ vet:
 ##  go run ./internal/benchreport -in docs/bench/raw.txt)
 bench:
 	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
+
+## replay: regenerate docs/INCIDENT-REPLAY.md and its timelines (the simulated replays are
+## exact; -http adds the real-HTTP replay, about 30 s)
+replay:
+	$(GO) run ./examples/incident-replay -out docs -http

@@ -56,6 +56,12 @@ type Thresholds struct {
 	ErrorRatio     float64
 	// Retries: this many SDK retries in 5 minutes mean a degraded gateway.
 	Retries int
+	// ClearAfter, when above 0, lets the gateway reasons hold only while
+	// the latest upstream error is at most this old, so that a recovered
+	// gateway reads as recovered within ClearAfter rather than when its
+	// errors (and the retries that followed them) leave the 5-minute
+	// window. 0, the default, is the ADR's rule: the window alone.
+	ClearAfter time.Duration
 }
 
 // DefaultThresholds returns the defaults: p90 wait 30 s, 3 upstream errors
@@ -75,6 +81,8 @@ func (t Thresholds) Validate() error {
 		return fmt.Errorf("error_ratio is %g: want 0 to 1", t.ErrorRatio)
 	case t.Retries < 1:
 		return fmt.Errorf("retries is %d: want 1 or more", t.Retries)
+	case t.ClearAfter < 0:
+		return fmt.Errorf("clear_after is %s: want 0 (off) or more", t.ClearAfter)
 	}
 	return nil
 }
@@ -144,6 +152,9 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.Reasons, local = append(c.Reasons, ReasonQueueTimeouts), true
 	}
 	n := c.Counts
+	if !recent(l.Upstream, th.ClearAfter) {
+		n.UpstreamErrors, n.Retries = 0, 0 // for the reasons only; Counts keeps the figures
+	}
 	if n.UpstreamErrors >= th.UpstreamErrors && float64(n.UpstreamErrors) >= th.ErrorRatio*float64(n.Exchanges5m) {
 		c.Reasons, gateway = append(c.Reasons, ReasonUpstreamErrors), true
 	}
@@ -160,6 +171,15 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	}
 	c.HoldText = holdText(c, gateway)
 	return c
+}
+
+// recent reports whether the gateway reasons may hold under ClearAfter d:
+// always when d is 0, else only if an upstream error is at most d old.
+func recent(u *limiter.UpstreamCounts, d time.Duration) bool {
+	if d == 0 {
+		return true
+	}
+	return u != nil && u.LastErrorAge != nil && u.LastErrorAge.Duration() <= d
 }
 
 // IdleLane is the classification of a lane that has had no call: key

@@ -114,3 +114,42 @@ func TestThresholdsConfigurable(t *testing.T) {
 		}
 	}
 }
+
+// ClearAfter: with it set, the gateway reasons hold only while the latest
+// upstream error is recent; the counts stay as they are. Off, the window
+// alone decides (the ADR's rule).
+func TestClearAfter(t *testing.T) {
+	degraded := func(age *limiter.Seconds) limiter.LaneSnapshot {
+		return limiter.LaneSnapshot{Lane: lane, Limit: 6, Inflight: 1,
+			Upstream: &limiter.UpstreamCounts{OK: 10, ServerErrors: 5, Retries: 4, LastErrorAge: age}}
+	}
+	off := classify.DefaultThresholds()
+	on := off
+	on.ClearAfter = 30 * time.Second
+	for _, c := range []struct {
+		name  string
+		lane  limiter.LaneSnapshot
+		th    classify.Thresholds
+		state classify.State
+	}{
+		{"off, old error", degraded(sec(200)), off, classify.GatewayDegraded},
+		{"off, no age known", degraded(nil), off, classify.GatewayDegraded},
+		{"on, error 10 s ago", degraded(sec(10)), on, classify.GatewayDegraded},
+		{"on, error exactly 30 s ago", degraded(sec(30)), on, classify.GatewayDegraded},
+		{"on, error 31 s ago", degraded(sec(31)), on, classify.Healthy},
+		{"on, retries but no error in the window", degraded(nil), on, classify.Healthy},
+	} {
+		got := classify.Lane(c.lane, c.th)
+		if got.State != c.state {
+			t.Errorf("%s: %s %v, want %s", c.name, got.State, got.Reasons, c.state)
+		}
+		if got.Counts.ServerErrors != 5 || got.Counts.Retries != 4 {
+			t.Errorf("%s: counts changed: %+v", c.name, got.Counts)
+		}
+	}
+	bad := off
+	bad.ClearAfter = -time.Second
+	if bad.Validate() == nil {
+		t.Fatal("a negative clear_after passed validation")
+	}
+}

@@ -28,11 +28,12 @@ type ThresholdsJSON struct {
 	UpstreamErrors int     `json:"upstream_errors"`
 	ErrorRatio     float64 `json:"error_ratio"`
 	Retries        int     `json:"retries"`
+	ClearAfterS    float64 `json:"clear_after_s"`
 }
 
 // JSON returns the thresholds as the payload shows them.
 func (t Thresholds) JSON() *ThresholdsJSON {
-	return &ThresholdsJSON{WaitP90S: t.WaitP90.Seconds(), UpstreamErrors: t.UpstreamErrors, ErrorRatio: t.ErrorRatio, Retries: t.Retries}
+	return &ThresholdsJSON{WaitP90S: t.WaitP90.Seconds(), UpstreamErrors: t.UpstreamErrors, ErrorRatio: t.ErrorRatio, Retries: t.Retries, ClearAfterS: t.ClearAfter.Seconds()}
 }
 
 // ErrorBody is the answer to a lookup that finds nothing (404) or a bad

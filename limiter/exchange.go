@@ -59,6 +59,12 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
+// IsUpstreamError reports whether o points at the upstream: a 429, a
+// 5xx, a transport error or a stall. Classification counts these.
+func (o Outcome) IsUpstreamError() bool {
+	return o == OutcomeRateLimited || o == OutcomeServerError || o == OutcomeTransportError || o == OutcomeStall
+}
+
 // Outcomes lists every outcome, in the order of their values.
 func Outcomes() []Outcome {
 	return []Outcome{OutcomeOK, OutcomeClientError, OutcomeRateLimited, OutcomeServerError,
@@ -96,6 +102,9 @@ type UpstreamCounts struct {
 	Canceled        int `json:"canceled"`
 	ClientStalls    int `json:"client_stalls"`
 	Retries         int `json:"retries"`
+	// LastErrorAge is the time since the latest upstream error (429, 5xx,
+	// transport error or stall) of the window; absent when there is none.
+	LastErrorAge *Seconds `json:"last_error_age_s,omitempty"`
 }
 
 // RecordExchange reports how an exchange in lane key ended. With the

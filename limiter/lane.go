@@ -367,7 +367,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		s.WaitP50, s.WaitP90 = &a, &b
 	}
 	s.QueueTimeouts5m = int(l.stats.timeouts)
-	s.Upstream = l.stats.upstreamCounts()
+	s.Upstream = l.stats.upstreamCounts(now)
 	s.ETA = l.etaLocked(cfg, now)
 	return s
 }

@@ -262,16 +262,27 @@ func TestRecordExchangeCountsInWindow(t *testing.T) {
 	} {
 		h.lim.RecordExchange(ctx, gw, x)
 	}
+	h.clock.Advance(4 * time.Second)
 	want := limiter.UpstreamCounts{OK: 1, ClientErrors: 1, RateLimited: 1, ServerErrors: 1, TransportErrors: 1, Stalls: 1, Canceled: 1, Retries: 2}
-	if l := h.lane(gw); l.Upstream == nil || *l.Upstream != want {
-		t.Fatalf("upstream %+v, want %+v", h.lane(gw).Upstream, want)
+	got := h.lane(gw).Upstream
+	if got == nil || got.LastErrorAge == nil || *got.LastErrorAge != 4 {
+		t.Fatalf("upstream %+v: want the last error 4 s ago", got)
+	}
+	if got.LastErrorAge = nil; *got != want {
+		t.Fatalf("upstream %+v, want %+v", got, want)
 	}
 	b, _ := json.Marshal(h.lane(gw))
-	if !bytes.Contains(b, []byte(`"upstream_5m":{"ok":1,"client_errors":1,"rate_limited":1,"server_errors":1,"transport_errors":1,"stalls":1,"canceled":1,"client_stalls":0,"retries":2}`)) {
+	if !bytes.Contains(b, []byte(`"upstream_5m":{"ok":1,"client_errors":1,"rate_limited":1,"server_errors":1,"transport_errors":1,"stalls":1,"canceled":1,"client_stalls":0,"retries":2,"last_error_age_s":4.0}`)) {
 		t.Fatalf("JSON %s", b)
 	}
 	if len(seen) != 7 {
 		t.Fatalf("observer saw %d exchanges, want 7", len(seen))
+	}
+	// Errors only, no retry: the age goes on counting.
+	h.lim.RecordExchange(ctx, gw, limiter.Exchange{Outcome: limiter.OutcomeOK, Retry: true})
+	h.clock.Advance(6 * time.Second)
+	if a := h.lane(gw).Upstream.LastErrorAge; a == nil || *a != 10 {
+		t.Fatalf("last error age %v after an OK retry, want 10", a)
 	}
 	h.clock.Advance(310 * time.Second)
 	if l := h.lane(gw); l.Upstream != nil {

@@ -125,6 +125,10 @@ type window struct {
 	waits    *sumHist // waits above 0 (queued grants and queue timeouts); nil until the first
 	nwaits   uint64
 	upstream upstreamCounts
+	// lastError is when the latest upstream error (429, 5xx, transport
+	// error, stall) was recorded, so that a reader can tell a gateway
+	// that is failing now from one that failed minutes ago.
+	lastError time.Time
 }
 
 func (w *window) stepOf(now time.Time) int64 { return int64(now.Sub(w.origin) / windowStep) }
@@ -238,10 +242,14 @@ func (w *window) recordExchange(now time.Time, x Exchange) {
 		sl.upstream.retries++
 		w.upstream.retries++
 	}
+	if x.Outcome.IsUpstreamError() {
+		w.lastError = now
+	}
 }
 
-// upstreamCounts returns the exchanges of the window, or nil if none.
-func (w *window) upstreamCounts() *UpstreamCounts {
+// upstreamCounts returns the exchanges of the window at now, or nil if
+// none.
+func (w *window) upstreamCounts(now time.Time) *UpstreamCounts {
 	u := &w.upstream
 	if u.retries == 0 && u.outcomes == ([numOutcomes]uint32{}) {
 		return nil
@@ -256,7 +264,18 @@ func (w *window) upstreamCounts() *UpstreamCounts {
 		Canceled:        int(u.outcomes[OutcomeCanceled]),
 		ClientStalls:    int(u.outcomes[OutcomeClientStall]),
 		Retries:         int(u.retries),
+		LastErrorAge:    w.lastErrorAge(now),
 	}
+}
+
+// lastErrorAge is the time since the latest upstream error, if one is in
+// the window.
+func (w *window) lastErrorAge(now time.Time) *Seconds {
+	if w.lastError.IsZero() || now.Sub(w.lastError) > windowSpan {
+		return nil
+	}
+	s := seconds(max(0, now.Sub(w.lastError)).Seconds())
+	return &s
 }
 
 // percentiles returns the p50 and p90 of the waits in the window (grants

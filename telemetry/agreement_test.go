@@ -171,12 +171,12 @@ func TestClassificationTableAgrees(t *testing.T) {
 		if cl.State == classify.GatewayDegraded {
 			for _, r := range cl.Reasons {
 				if classify.IsGatewayReason(r) {
-					firing = append(firing, fmt.Sprintf(`ALERTS{alertname="LLMLanesGatewayDegraded",alertstate="firing",instance=%q,lane=%q,reason=%q,severity="critical"}`, instance, lane, r))
+					firing = append(firing, fmt.Sprintf(`ALERTS{alertname="LLMLanesGatewayDegraded",alertstate="firing",instance=%q,job="lanes-exporter",lane=%q,reason=%q,severity="critical"}`, instance, lane, r))
 				}
 			}
 		}
 		if slices.Contains(cl.Reasons, classify.ReasonSaturated) {
-			firing = append(firing, fmt.Sprintf(`ALERTS{alertname="LLMLanesLaneSaturated",alertstate="firing",instance=%q,lane=%q,severity="warning"}`, instance, lane))
+			firing = append(firing, fmt.Sprintf(`ALERTS{alertname="LLMLanesLaneSaturated",alertstate="firing",instance=%q,job="lanes-exporter",lane=%q,severity="warning"}`, instance, lane))
 		}
 		cleanup()
 	}

@@ -92,6 +92,7 @@ type Classification struct {
 	UpstreamErrors int      `yaml:"upstream_errors"`
 	ErrorRatio     *float64 `yaml:"error_ratio"`
 	Retries        int      `yaml:"retries"`
+	ClearAfter     Duration `yaml:"clear_after"`
 }
 
 // Target is another process's D8 snapshot endpoint to re-export.
@@ -339,6 +340,7 @@ func (c *Config) thresholds() classify.Thresholds {
 	if v := c.Classification.Retries; v != 0 {
 		th.Retries = v
 	}
+	th.ClearAfter = time.Duration(c.Classification.ClearAfter)
 	return th
 }
 

@@ -13,7 +13,7 @@ limiter: {max_inflight: 6, queue_timeout: 5m}
 upstreams:
   - {name: gw, base_url: "https://GW.example/v1/", capacity: 8}
 proxy: {stall_timeout: 90}
-classification: {wait_p90: 45s}
+classification: {wait_p90: 45s, clear_after: 30s}
 targets: [{name: vera, url: "http://127.0.0.1:8080/api/telemetry/llm-lanes"}]
 `))
 	if err != nil {
@@ -26,7 +26,7 @@ targets: [{name: vera, url: "http://127.0.0.1:8080/api/telemetry/llm-lanes"}]
 	if c.Listen != DefaultListen || c.Metrics.Prefix != "llmlanes" || c.Upstreams[0].BaseURL != "https://gw.example/v1" {
 		t.Fatalf("defaults %+v", c)
 	}
-	if time.Duration(c.Proxy.StallTimeout) != 90*time.Second || c.thresholds().WaitP90 != 45*time.Second || c.thresholds().Retries != 3 {
+	if time.Duration(c.Proxy.StallTimeout) != 90*time.Second || c.thresholds().WaitP90 != 45*time.Second || c.thresholds().Retries != 3 || c.thresholds().ClearAfter != 30*time.Second {
 		t.Fatalf("durations %+v %+v", c.Proxy, c.thresholds())
 	}
 	if time.Duration(c.Targets[0].Interval) != DefaultTargetInterval {
@@ -53,6 +53,7 @@ func TestConfigErrors(t *testing.T) {
 		{"upstreams: [{name: gw, base_url: \"https://a\", capacity: -1}]", "upstreams[0].capacity", "want 0"},
 		{"metrics: {prefix: 9x}\n" + up, "metrics.prefix", "not starting with a digit"},
 		{"classification: {error_ratio: 2}\n" + up, "classification", "error_ratio is 2"},
+		{"classification: {clear_after: -5s}\n" + up, "classification", "clear_after is -5s"},
 		{"targets: [{name: a, url: \"not a url\"}]\n" + up, "targets[0].url", "want the http URL"},
 		{"limiter: [1, 2]\n" + up, "", "line 1: want a mapping of keys to values, got a list"},
 	} {

@@ -59,6 +59,13 @@ func DefaultConfig() Config {
 	return Config{Capacity: 8, TokenTime: 20 * time.Millisecond, Tokens: 20, FirstTokenDelay: 50 * time.Millisecond}
 }
 
+// TokenDelay is the time a token takes with active requests in progress:
+// TokenTime up to Capacity of them, and in proportion past it (processor
+// sharing). Each token's time is set when it starts.
+func (c *Config) TokenDelay(active int) time.Duration {
+	return time.Duration(float64(c.TokenTime) * max(1, float64(active)/float64(max(1, c.Capacity))))
+}
+
 // Stats are the gateway's counters since it started.
 type Stats struct {
 	Active          int   `json:"active"`           // requests in progress
@@ -243,7 +250,7 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string,
 		g.mu.Lock()
 		active := g.st.Active
 		g.mu.Unlock()
-		return time.Duration(float64(c.TokenTime) * max(1, float64(active)/float64(c.Capacity)))
+		return c.TokenDelay(active)
 	}
 	if stream {
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -3,6 +3,8 @@ package replay
 import (
 	"bytes"
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,45 +14,186 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// A short replay keeps the simulator honest: without a limiter the storm
-// appears (timeouts, retries, wasted gateway work); with lanes none of it
-// does, the gateway never sees more than the limit, every panel finishes,
-// and the operator's chat is served ahead of the panel's bulk calls. No
-// timing thresholds: only counts and comparisons within one run.
-func TestReplayShowsStormAndLanesStopIt(t *testing.T) {
-	o := Incident(0.004)
-	o.Duration = 5 * time.Minute
-	rs := map[string]Report{}
-	for _, s := range []string{"no-limiter", "lanes"} {
-		r, err := Run(context.Background(), s, o)
-		if err != nil {
-			t.Fatal(err)
+func runAll(t *testing.T) Bundle {
+	t.Helper()
+	b, err := RunAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// 1. Same inputs, same report: two runs write the same files, byte for
+// byte (the goroutines of the limiter's acquisitions wake in any order;
+// the engine must not let that show).
+func TestSameInputsSameReport(t *testing.T) {
+	a, b := runAll(t).Files(), runAll(t).Files()
+	if !slices.Equal(slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b))) {
+		t.Fatalf("files %v and %v", slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b)))
+	}
+	for name := range a {
+		if !bytes.Equal(a[name], b[name]) {
+			t.Errorf("%s differs between two runs", name)
 		}
-		rs[s] = r
 	}
-	storm, lanes := rs["no-limiter"], rs["lanes"]
-	if storm.Timeouts == 0 || storm.RetriesSent == 0 || storm.WastedTokens == 0 || storm.PeakUpstream <= o.Capacity {
-		t.Fatalf("no storm without a limiter: %+v", storm)
+	md := string(a["INCIDENT-REPLAY.md"])
+	for _, want := range []string{"queue_timeout 5m0s", "interactive_reserve 1", "request timeout 2m0s; 2 retries", "| request timeouts |", "![lanes: timeline](incident-replay-lanes.svg)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
 	}
-	if lanes.Timeouts != 0 || lanes.RetriesSent != 0 || lanes.WastedTokens != 0 || lanes.PeakUpstream > o.Limit {
-		t.Fatalf("lanes: %+v", lanes)
+	if !strings.Contains(string(a["incident-replay-lanes.svg"]), "<polyline") {
+		t.Error("no line in the lanes timeline")
 	}
-	if lanes.PanelsDone != o.Panels || len(lanes.Failed) != 0 || lanes.Completed["interactive"] == 0 {
-		t.Fatalf("lanes did not serve everyone: %+v", lanes)
+}
+
+// Every call is accounted for, and the lanes hold nothing at the end: no
+// slot lost, no call stranded.
+func checkAccounted(t *testing.T, r Report) {
+	t.Helper()
+	for c, s := range r.Classes {
+		failed := 0
+		for _, n := range s.Failed {
+			failed += n
+		}
+		if s.Calls != s.Completed+failed || s.Calls == 0 {
+			t.Errorf("%s %s: %d calls, %d completed, %d failed", r.Scenario, c, s.Calls, s.Completed, failed)
+		}
 	}
-	if lanes.ChatWaitP99 >= lanes.BulkWaitP50 {
-		t.Fatalf("chat waited %v (p99), bulk %v (p50): interactive not ahead", lanes.ChatWaitP99, lanes.BulkWaitP50)
+	if last := r.Samples[len(r.Samples)-1]; last.Gateway != 0 || last.Queued.Interactive+last.Queued.Default+last.Queued.Bulk != 0 {
+		t.Errorf("%s: left at the end: %+v", r.Scenario, last)
 	}
-	var b bytes.Buffer
-	Table(&b, []Report{storm, lanes})
-	SVG(&b, []Report{storm, lanes}, o.Capacity, o.Limit)
-	if !strings.Contains(b.String(), "| request timeouts |") || !strings.Contains(b.String(), "<polyline") {
-		t.Fatalf("report:\n%s", b.String())
+}
+
+// 1. The incident, qualitatively: without a limiter, the storm; with
+// lanes, none of it, every goal met.
+func TestIncident(t *testing.T) {
+	b := runAll(t)
+	storm, lanes := b.Incident[0], b.Incident[1]
+	o := Incident()
+	for _, r := range b.Incident {
+		checkAccounted(t, r)
+	}
+	if storm.RequestTimeouts == 0 || storm.Retries == 0 || storm.Gateway.TokensWasted == 0 || storm.Gateway.Peak <= o.Capacity {
+		t.Errorf("no storm without a limiter: %d timeouts, %d retries, %d wasted, peak %d",
+			storm.RequestTimeouts, storm.Retries, storm.Gateway.TokensWasted, storm.Gateway.Peak)
+	}
+	if lanes.Gateway.Peak > o.Limit || lanes.Retries != 0 || lanes.PanelsDone != o.Panels {
+		t.Errorf("lanes: peak %d, %d retries, %d panels", lanes.Gateway.Peak, lanes.Retries, lanes.PanelsDone)
+	}
+	if chat, bulk := lanes.Classes["interactive"], lanes.Classes["bulk"]; chat.WaitP99 >= bulk.WaitP50 {
+		t.Errorf("chat waited %v (p99), bulk %v (p50): interactive not ahead", chat.WaitP99, bulk.WaitP50)
+	}
+	for _, g := range Goals(storm, lanes) {
+		if !g.Met {
+			t.Errorf("goal not met: %s (%s)", g.Text, g.Figure)
+		}
+	}
+	if b.Incident[2].Gateway.RateLimited == 0 || b.Incident[2].Gateway.Peak > o.Limit {
+		t.Errorf("gateway-429: %+v", b.Incident[2].Gateway)
+	}
+}
+
+// 2. Aging happens in the replay: a bulk call that waited over 120 s is
+// granted while a default call that arrived after it still waits. Without
+// aging, a waiting default call always goes first.
+func TestAgingInReplay(t *testing.T) {
+	r, err := Run("lanes", Incident())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range r.Grants {
+		if b.Class != "bulk" || !b.Granted || b.Ended-b.Asked <= 120*time.Second {
+			continue
+		}
+		for _, d := range r.Grants {
+			if d.Class == "default" && d.Arrival > b.Arrival && d.Asked < b.Ended && d.Ended > b.Ended {
+				return // overtaken
+			}
+		}
+	}
+	t.Fatal("no bulk call that waited over 120 s overtook a later default call")
+}
+
+// 3. Two processes: each with its own lane of 6 they put 12 calls on a
+// gateway of 8, and a lanes-exporter watching them reports the budget
+// over-committed; through one shared lane of 8 neither happens.
+func TestTwoProcesses(t *testing.T) {
+	b := runAll(t)
+	o := TwoProcesses()
+	per, shared := b.TwoProcesses[0], b.TwoProcesses[1]
+	checkAccounted(t, per)
+	checkAccounted(t, shared)
+	if per.Gateway.Peak <= o.Capacity {
+		t.Errorf("per-agent lanes: peak %d, want over the capacity %d", per.Gateway.Peak, o.Capacity)
+	}
+	if shared.Gateway.Peak > o.Capacity {
+		t.Errorf("shared exporter: peak %d over the capacity %d", shared.Gateway.Peak, o.Capacity)
+	}
+	pv, sv := b.Budget[0], b.Budget[1]
+	if !pv.Budget.Overcommitted || pv.Budget.Total != 2*o.Limit || !strings.HasSuffix(pv.Gauge, " 1") {
+		t.Errorf("per-agent budget: %+v", pv)
+	}
+	if sv.Budget.Overcommitted || sv.Budget.Total != o.SharedLimit || !strings.HasSuffix(sv.Gauge, " 0") {
+		t.Errorf("shared budget: %+v", sv)
+	}
+}
+
+// 3. The gateway degrades: with the ADR's rule the onset is seen at once
+// but the recovery only minutes later (as the report says); with
+// clear_after the route is right at 95 % of polls or more and sees each
+// change within 30 s, with no false alarm.
+func TestDegradation(t *testing.T) {
+	b := runAll(t)
+	adr, clear := b.Degradation[0].Accuracy(), b.Degradation[1].Accuracy()
+	if adr.DetectOnset < 0 || adr.DetectOnset > 30*time.Second || adr.DetectRecovery <= 30*time.Second || adr.GatewayShare() >= 0.95 {
+		t.Errorf("ADR windows: %+v (%.3f); the report says onset within 30 s, recovery after more", adr, adr.GatewayShare())
+	}
+	if clear.GatewayShare() < 0.95 || clear.DetectOnset < 0 || clear.DetectOnset > 30*time.Second ||
+		clear.DetectRecovery < 0 || clear.DetectRecovery > 30*time.Second || clear.FalseAlarms != 0 {
+		t.Errorf("clear_after %s: %+v (%.3f)", ClearAfter, clear, clear.GatewayShare())
+	}
+	for _, r := range b.Degradation {
+		checkAccounted(t, r)
+		if r.Gateway.Resets == 0 || r.Gateway.ServerErrors == 0 || r.Retries == 0 {
+			t.Errorf("%s: no fault happened: %+v", r.Scenario, r.Gateway)
+		}
+	}
+}
+
+// The real-HTTP replay keeps the hard invariants whatever the machine's
+// load (the lane never lets more than its limit through; every call ends),
+// and measures its own lag.
+func TestRunHTTP(t *testing.T) {
+	o := Incident()
+	o.Duration = 3 * time.Minute
+	r, f, err := RunHTTP(context.Background(), "lanes", o, 0.005)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", f)
+	if r.Gateway.Peak > o.Limit || r.Gateway.Peak == 0 {
+		t.Errorf("peak %d at the gateway, limit %d", r.Gateway.Peak, o.Limit)
+	}
+	for c, s := range r.Classes {
+		failed := 0
+		for _, n := range s.Failed {
+			failed += n
+		}
+		if s.Calls != s.Completed+failed {
+			t.Errorf("%s: %d calls, %d completed, %d failed", c, s.Calls, s.Completed, failed)
+		}
+	}
+	if f.Bound != o.Backoff || f.Scale != 0.005 || f.Faithful != (f.MaxLag < f.Bound) {
+		t.Errorf("fidelity %+v", f)
 	}
 }
 
 func TestUnknownScenario(t *testing.T) {
-	if _, err := Run(context.Background(), "nope", Incident(0.001)); err == nil || !strings.Contains(err.Error(), "no-limiter") {
+	if _, err := Run("nope", Incident()); err == nil || !strings.Contains(err.Error(), "no-limiter") {
 		t.Fatalf("err %v", err)
+	}
+	if _, _, err := RunHTTP(context.Background(), "shared-exporter", Incident(), 0.01); err == nil {
+		t.Fatal("RunHTTP took a scenario it does not model")
 	}
 }

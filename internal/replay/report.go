@@ -3,17 +3,133 @@ package replay
 import (
 	"fmt"
 	"io"
-	"math"
+	"slices"
+	"sort"
 	"strings"
 	"time"
+
+	"github.com/llmlanes/llmlanes/classify"
+	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+	"github.com/llmlanes/llmlanes/limiter"
 )
 
-func secs(d time.Duration) string {
-	if d == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f s", d.Seconds())
+// Classes are the call classes, in report order.
+var Classes = []string{"interactive", "default", "bulk"}
+
+// Report is one scenario's outcome; every duration is simulated time.
+type Report struct {
+	Scenario string
+	Options  Options
+	Classes  map[string]*ClassStats
+	// Panels and PanelsDone count the review panels and those whose every
+	// finder call completed; PanelsFinishedAt is when the last of them did,
+	// 0 unless all did.
+	Panels           int
+	PanelsDone       int
+	PanelsFinishedAt time.Duration
+	IdleTTFT         time.Duration // first-token time of one call to the idle gateway
+	Retries          int           // retries the clients sent
+	RequestTimeouts  int           // attempts abandoned on a timeout
+	// FastFails counts failed calls that ended in the queue without
+	// reaching the gateway; FailedAfterGateway, the others.
+	FastFails          int
+	FailedAfterGateway int
+	Gateway            gatewaysim.Stats
+	Samples            []Sample // every PollEvery
+	Chats              []Point  // each completed chat turn's time to first token, by start
+	Grants             []Grant  // every acquisition's end, in order
 }
+
+// ClassStats are one class's figures.
+type ClassStats struct {
+	Calls, Completed int
+	Failed           map[string]int // by reason: queue timeout, request timeout, 429, 5xx, broken stream
+	// Queue waits (granted and timed out; with lanes only) and times to
+	// first token (from the call's start, over its retries; completed
+	// calls only).
+	WaitP50, WaitP99, TTFTP50, TTFTP99 time.Duration
+	waits, ttfts                       []time.Duration
+}
+
+// Sample is the state at one poll.
+type Sample struct {
+	At      time.Duration
+	Gateway int                      // calls in progress at the gateway
+	Queued  limiter.QueuedByPriority // waiting in the lanes, by own class
+	// OldestWait is how long the longest-waiting call has waited (0 if
+	// none waits), from the replay's own record.
+	OldestWait time.Duration
+	State      classify.State // the classification route's answer ("" without lanes)
+	// GatewayVerdict: the route listed a gateway reason; Fault: the
+	// gateway was failing (the ground truth).
+	GatewayVerdict bool
+	Fault          bool
+}
+
+// Point is a value at a simulated time.
+type Point struct {
+	At    time.Duration
+	Value float64
+}
+
+// Grant is how one acquisition ended: granted or timed out.
+type Grant struct {
+	Class                 string
+	Arrival, Asked, Ended time.Duration // the call's start, this attempt's request for a slot, the end of the wait
+	Granted               bool
+}
+
+func newReport(scenario string, o Options) *Report {
+	r := &Report{Scenario: scenario, Options: o, Classes: map[string]*ClassStats{}}
+	for _, c := range Classes {
+		r.Classes[c] = &ClassStats{Failed: map[string]int{}}
+	}
+	return r
+}
+
+func (r *Report) class(c string) *ClassStats { return r.Classes[c] }
+
+func (r *Report) finish(panels []panel, st gatewaysim.Stats) {
+	for _, c := range r.Classes {
+		c.WaitP50, c.WaitP99 = pct(c.waits, 0.5), pct(c.waits, 0.99)
+		c.TTFTP50, c.TTFTP99 = pct(c.ttfts, 0.5), pct(c.ttfts, 0.99)
+	}
+	r.Panels = len(panels)
+	last := time.Duration(0)
+	for _, p := range panels {
+		if p.left == 0 && !p.failed {
+			r.PanelsDone++
+			last = max(last, p.finished)
+		}
+	}
+	if r.PanelsDone == r.Panels {
+		r.PanelsFinishedAt = last
+	}
+	r.Gateway = st
+}
+
+// Failed counts the calls that failed, of every class.
+func (r *Report) Failed() int {
+	n := 0
+	for _, c := range r.Classes {
+		for _, k := range c.Failed {
+			n += k
+		}
+	}
+	return n
+}
+
+// pct is the nearest-rank percentile p of xs.
+func pct(xs []time.Duration, p float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
 // Table writes the scenarios side by side as a Markdown table.
 func Table(w io.Writer, rs []Report) {
@@ -33,95 +149,49 @@ func Table(w io.Writer, rs []Report) {
 		fmt.Fprint(w, " ---: |")
 	}
 	fmt.Fprintln(w)
-	for _, c := range []string{"interactive", "default", "bulk"} {
-		row("completed / failed: "+c, func(r Report) string { return fmt.Sprintf("%d / %d", r.Completed[c], r.Failed[c]) })
+	lanes := func(r Report) bool { return len(r.Grants) > 0 }
+	for _, c := range Classes {
+		row(c+": calls / completed", func(r Report) string {
+			return fmt.Sprintf("%d / %d", r.Classes[c].Calls, r.Classes[c].Completed)
+		})
+		row(c+": failed, by reason", func(r Report) string { return reasons(r.Classes[c].Failed) })
+		row(c+": queue wait p50 / p99", func(r Report) string {
+			if !lanes(r) {
+				return "no queue"
+			}
+			return secs(r.Classes[c].WaitP50) + " / " + secs(r.Classes[c].WaitP99)
+		})
+		row(c+": time to first token p50 / p99", func(r Report) string {
+			if r.Classes[c].Completed == 0 {
+				return "none completed"
+			}
+			return secs(r.Classes[c].TTFTP50) + " / " + secs(r.Classes[c].TTFTP99)
+		})
 	}
+	row("idle gateway's time to first token", func(r Report) string { return secs(r.IdleTTFT) })
 	row("review panels finished", func(r Report) string {
 		if r.PanelsFinishedAt == 0 {
-			return fmt.Sprintf("%d, not all", r.PanelsDone)
+			return fmt.Sprintf("%d of %d", r.PanelsDone, r.Panels)
 		}
-		return fmt.Sprintf("all %d, by %s", r.PanelsDone, r.PanelsFinishedAt.Round(time.Second))
+		return fmt.Sprintf("all %d, by %s", r.Panels, r.PanelsFinishedAt.Round(time.Second))
 	})
-	queued := func(r Report, d time.Duration) string { // only the lanes set-up has a queue
-		if r.Scenario != "lanes" {
-			return "–"
-		}
-		return fmt.Sprintf("%.1f s", d.Seconds())
-	}
-	row("chat: queue wait p50 / p99", func(r Report) string { return queued(r, r.ChatWaitP50) + " / " + queued(r, r.ChatWaitP99) })
-	row("bulk finder: queue wait p50", func(r Report) string { return queued(r, r.BulkWaitP50) })
-	row("chat: time to first token p50 / p99", func(r Report) string { return secs(r.ChatTTFTP50) + " / " + secs(r.ChatTTFTP99) })
-	row("idle gateway's time to first token", func(r Report) string { return secs(r.IdleTTFT) })
-	row("request timeouts", func(r Report) string { return fmt.Sprint(r.Timeouts) })
-	row("retries sent", func(r Report) string { return fmt.Sprint(r.RetriesSent) })
-	row("gateway work wasted on abandoned calls (tokens)", func(r Report) string { return fmt.Sprint(r.WastedTokens) })
-	row("peak concurrency at the gateway", func(r Report) string { return fmt.Sprint(r.PeakUpstream) })
+	row("request timeouts", func(r Report) string { return fmt.Sprint(r.RequestTimeouts) })
+	row("retries sent", func(r Report) string { return fmt.Sprint(r.Retries) })
+	row("failed fast in the queue / after reaching the gateway", func(r Report) string {
+		return fmt.Sprintf("%d / %d", r.FastFails, r.FailedAfterGateway)
+	})
+	row("gateway work wasted on abandoned calls (tokens)", func(r Report) string { return fmt.Sprint(r.Gateway.TokensWasted) })
+	row("peak concurrency at the gateway", func(r Report) string { return fmt.Sprint(r.Gateway.Peak) })
 }
 
-// SVG draws, per scenario, the gateway's concurrency over time (each on its
-// own scale, at least the capacity) and each chat's time to first token
-// (on a shared scale).
-func SVG(w io.Writer, rs []Report, capacity, limit int) {
-	const pw, ph, pad = 300, 160, 40
-	width, height := pad+len(rs)*(pw+pad), 2*(ph+pad)+pad
-	maxT, maxL := 1.0, 1.0
-	for _, r := range rs {
-		for _, p := range r.Timeline {
-			maxT = math.Max(maxT, p.At.Seconds())
-		}
-		for _, p := range r.Chats {
-			maxT, maxL = math.Max(maxT, p.At.Seconds()), math.Max(maxL, p.Value)
-		}
+func reasons(m map[string]int) string {
+	if len(m) == 0 {
+		return "0"
 	}
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
-	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	for i, r := range rs {
-		x0 := pad + i*(pw+pad)
-		maxC := float64(capacity + 2)
-		for _, p := range r.Timeline {
-			maxC = math.Max(maxC, p.Value)
-		}
-		for j, panel := range []struct {
-			title string
-			pts   []Point
-			max   float64
-			dots  bool
-		}{{"gateway concurrency", r.Timeline, maxC, false}, {"chat: time to first token (s)", r.Chats, maxL, true}} {
-			y0 := pad + j*(ph+pad)
-			fmt.Fprintf(w, `<text x="%d" y="%d" font-weight="bold">%s: %s</text>`+"\n", x0, y0-8, r.Scenario, panel.title)
-			fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", x0, y0, pw, ph)
-			fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="end">%.0f</text><text x="%d" y="%d" text-anchor="end">0</text>`+"\n",
-				x0-4, y0+10, panel.max, x0-4, y0+ph)
-			fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="end">%.0f min</text>`+"\n", x0+pw, y0+ph+14, maxT/60)
-			px := func(p Point) (float64, float64) {
-				return float64(x0) + p.At.Seconds()/maxT*pw, float64(y0+ph) - p.Value/panel.max*ph
-			}
-			if j == 0 {
-				for _, ref := range []struct {
-					v      int
-					color  string
-					label  string
-					labelX int
-				}{{capacity, "#c33", fmt.Sprintf("gateway capacity %d", capacity), x0 + pw - 120}, {limit, "#393", fmt.Sprintf("lane limit %d", limit), x0 + 4}} {
-					y := float64(y0+ph) - float64(ref.v)/panel.max*ph
-					fmt.Fprintf(w, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="4 3"/><text x="%d" y="%.1f" fill="%s">%s</text>`+"\n",
-						x0, y, x0+pw, y, ref.color, ref.labelX, y-3, ref.color, ref.label)
-				}
-			}
-			if panel.dots {
-				for _, p := range panel.pts {
-					x, y := px(p)
-					fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="#36c"/>`+"\n", x, y)
-				}
-				continue
-			}
-			var b strings.Builder
-			for _, p := range panel.pts {
-				x, y := px(p)
-				fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
-			}
-			fmt.Fprintf(w, `<polyline fill="none" stroke="#36c" stroke-width="1.5" points="%s"/>`+"\n", strings.TrimSpace(b.String()))
-		}
+	var parts []string
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%d %s", n, k))
 	}
-	fmt.Fprintln(w, "</svg>")
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }

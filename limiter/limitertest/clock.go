@@ -67,6 +67,21 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 }
 
+// NextDue returns when the earliest pending timer falls due, if any: for a
+// discrete-event simulation that moves the clock from one due time to the
+// next.
+func (c *Clock) NextDue() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best time.Time
+	for i, t := range c.timers {
+		if i == 0 || t.at.Before(best) {
+			best = t.at
+		}
+	}
+	return best, len(c.timers) > 0
+}
+
 // Pending returns how many timers are scheduled and not yet run or stopped.
 func (c *Clock) Pending() int {
 	c.mu.Lock()

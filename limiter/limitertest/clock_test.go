@@ -48,3 +48,19 @@ func TestAdvanceFiresDueTimersInOrder(t *testing.T) {
 		t.Fatalf("fired %v pending %d", got, c.Pending())
 	}
 }
+
+func TestNextDue(t *testing.T) {
+	c := limitertest.NewClock(time.Unix(0, 0))
+	if _, ok := c.NextDue(); ok {
+		t.Fatal("a due time with no timer")
+	}
+	c.AfterFunc(5*time.Second, func() {})
+	t2 := c.AfterFunc(2*time.Second, func() {})
+	if at, ok := c.NextDue(); !ok || !at.Equal(time.Unix(2, 0)) {
+		t.Fatalf("next due %v %v, want 2 s", at, ok)
+	}
+	t2.Stop()
+	if at, _ := c.NextDue(); !at.Equal(time.Unix(5, 0)) {
+		t.Fatalf("after a stop: %v", at)
+	}
+}

@@ -1,0 +1,343 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+)
+
+// Fidelity is how far the machine bent a RunHTTP: the largest lateness of
+// a timer, in simulated time, seen by a probe that ran beside the replay.
+// A run is Faithful when that lag stayed under the model's smallest
+// interval (the first retry's backoff), below which no ordering the
+// report depends on can change.
+type Fidelity struct {
+	Scale    float64
+	MaxLag   time.Duration // simulated
+	Bound    time.Duration // simulated
+	Faithful bool
+}
+
+func (f Fidelity) String() string {
+	verdict := "faithful"
+	if !f.Faithful {
+		verdict = "NOT faithful: the machine was too loaded for this scale; use a larger -scale"
+	}
+	return fmt.Sprintf("scale %g, largest scheduling lag %.2f simulated s (bound %.2f s): %s", f.Scale, f.MaxLag.Seconds(), f.Bound.Seconds(), verdict)
+}
+
+// scaledClock is a limiter.Clock whose time runs 1/scale times as fast as
+// the real one, so that a limiter's 300 s queue timeout and 60 s aging
+// happen within a scaled run.
+type scaledClock struct {
+	start time.Time
+	scale float64
+}
+
+func (c scaledClock) Now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.start)) / c.scale))
+}
+
+func (c scaledClock) AfterFunc(d time.Duration, f func()) limiter.Timer {
+	return time.AfterFunc(time.Duration(float64(d)*c.scale), f)
+}
+
+// httpRun is one RunHTTP.
+type httpRun struct {
+	o      Options
+	scale  float64
+	start  time.Time
+	client *http.Client
+	url    string
+	lanes  bool
+	mu     sync.Mutex
+	r      *Report
+	panels []panel
+}
+
+func (x *httpRun) real(d time.Duration) time.Duration { return time.Duration(float64(d) * x.scale) }
+func (x *httpRun) now() time.Duration                 { return time.Duration(float64(time.Since(x.start)) / x.scale) }
+
+// RunHTTP replays scenario (one of Scenarios) as Run does, but for real:
+// SDK-like HTTP clients on loopback, through lanehttp.Transport for
+// "lanes", against gatewaysim, with every duration multiplied by scale
+// (0.01 turns the 120 s timeout into 1.2 s), the limiter on a clock scaled
+// the same way. The report carries no classification; Fidelity says
+// whether the machine kept up. One agent, no fault.
+func RunHTTP(ctx context.Context, scenario string, o Options, scale float64) (Report, Fidelity, error) {
+	x := &httpRun{o: o, scale: scale, r: newReport(scenario, o)}
+	fid := Fidelity{Scale: scale, Bound: o.Backoff}
+	cfg := gatewaysim.Config{Capacity: o.Capacity, TokenTime: x.real(o.TokenTime), Tokens: o.Tokens, FirstTokenDelay: x.real(o.FirstTokenDelay), Seed: o.Seed}
+	base := &http.Transport{MaxIdleConnsPerHost: 512}
+	defer base.CloseIdleConnections()
+	var rt http.RoundTripper = base
+	var lim *limiter.Limiter
+	switch scenario {
+	case "no-limiter":
+	case "gateway-429":
+		cfg.RejectAbove = o.Limit
+	case "lanes":
+		var err error
+		lim, err = limiter.New(limiter.Config{MaxInflight: o.Limit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout},
+			limiter.WithClock(scaledClock{start: time.Now(), scale: scale}),
+			limiter.WithObserver(func(ctx context.Context, e limiter.Event) {
+				if e.Kind == limiter.Acquired || e.Kind == limiter.TimedOut {
+					x.mu.Lock()
+					c := x.r.Classes[classOf(e.Priority)]
+					c.waits = append(c.waits, e.Wait)
+					x.r.Grants = append(x.r.Grants, Grant{Class: classOf(e.Priority), Ended: x.now(), Granted: e.Kind == limiter.Acquired})
+					x.mu.Unlock()
+				}
+			}))
+		if err != nil {
+			return Report{}, fid, err
+		}
+		// The timeouts start once the slot is held (ADR-0115 D4); the
+		// transport runs them on the limiter's clock, in simulated time.
+		rt = &lanehttp.Transport{Limiter: lim, Base: base, ResponseHeaderTimeout: o.RequestTimeout, StallTimeout: o.RequestTimeout}
+		x.lanes = true
+	default:
+		return Report{}, fid, fmt.Errorf("replay: unknown scenario %q (want one of %s)", scenario, strings.Join(Scenarios, ", "))
+	}
+	sim := gatewaysim.New(cfg)
+	srv := httptest.NewServer(sim)
+	defer srv.Close()
+	defer sim.Close()
+	x.client = &http.Client{Transport: rt}
+	x.url = srv.URL + "/v1/chat/completions"
+	x.r.IdleTTFT = idleTTFT(gatewaysim.Config{Capacity: o.Capacity, TokenTime: o.TokenTime, Tokens: o.Tokens, FirstTokenDelay: o.FirstTokenDelay})
+
+	x.start = time.Now()
+	x.panels = make([]panel, o.Panels)
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	// The lag probe: sleeps of one simulated second, and how late they end.
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		for {
+			t0 := time.Now()
+			select {
+			case <-stop:
+				return
+			case <-time.After(x.real(time.Second)):
+			}
+			lag := time.Duration(float64(time.Since(t0)-x.real(time.Second)) / scale)
+			x.mu.Lock()
+			fid.MaxLag = max(fid.MaxLag, lag)
+			x.mu.Unlock()
+		}
+	}()
+	// The timeline.
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		t := time.NewTicker(x.real(o.PollEvery))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			s := Sample{At: x.now(), Gateway: sim.Stats().Active}
+			if lim != nil {
+				for _, l := range lim.Snapshot().Lanes {
+					s.Queued = l.QueuedByPriority
+				}
+			}
+			x.mu.Lock()
+			x.r.Samples = append(x.r.Samples, s)
+			x.mu.Unlock()
+		}
+	}()
+
+	var wg sync.WaitGroup
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-time.After(x.real(d)):
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	launch := func(class string, p int) {
+		wg.Add(1)
+		go func() { defer wg.Done(); x.call(ctx, class, p) }()
+	}
+	wg.Add(2 + o.Panels)
+	go func() { // the operator
+		defer wg.Done()
+		for x.now() < o.Duration && ctx.Err() == nil {
+			x.call(ctx, "interactive", -1)
+			if !sleep(o.ChatEvery) {
+				return
+			}
+		}
+	}()
+	go func() { // the coders
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(o.Seed, 0))
+		for x.now() < o.Duration && ctx.Err() == nil {
+			launch("default", -1)
+			if !sleep(time.Duration(float64(o.CoderEvery) * (0.5 + rng.Float64()))) {
+				return
+			}
+		}
+	}()
+	for p := range o.Panels {
+		x.panels[p].left = o.PanelSize
+		go func() {
+			defer wg.Done()
+			if !sleep(time.Duration(p) * o.PanelEvery) {
+				return
+			}
+			for range o.PanelSize {
+				launch("bulk", p)
+			}
+		}()
+	}
+	wg.Wait()
+	// Let abandoned work the gateway still does finish, so it is counted.
+	for deadline := time.Now().Add(x.real(10 * time.Minute)); sim.Stats().Active > 0 && time.Now().Before(deadline); {
+		time.Sleep(x.real(time.Second))
+	}
+	close(stop)
+	bg.Wait()
+	x.r.finish(x.panels, sim.Stats())
+	fid.Faithful = fid.MaxLag < fid.Bound
+	return *x.r, fid, ctx.Err()
+}
+
+func classOf(p limiter.Priority) string {
+	switch p {
+	case limiter.Interactive:
+		return "interactive"
+	case limiter.Bulk:
+		return "bulk"
+	}
+	return "default"
+}
+
+// call makes one logical call of class (for panel p, or -1) with the SDK's
+// attempts, and records how it ended.
+func (x *httpRun) call(ctx context.Context, class string, p int) {
+	start := x.now()
+	x.mu.Lock()
+	x.r.Classes[class].Calls++
+	x.mu.Unlock()
+	prio := map[string]limiter.Priority{"interactive": limiter.Interactive, "default": limiter.Default, "bulk": limiter.Bulk}[class]
+	cctx := limiter.WithPriority(ctx, prio)
+	ok, first, reason, sent := false, time.Duration(0), "", false
+	for attempt := 0; attempt <= x.o.Retries && !ok; attempt++ {
+		if attempt > 0 {
+			x.mu.Lock()
+			x.r.Retries++
+			x.mu.Unlock()
+			if !sleepCtx(ctx, x.real(x.o.Backoff<<(attempt-1))) {
+				return
+			}
+		}
+		actx, cancel := cctx, context.CancelFunc(func() {})
+		if !x.lanes { // the SDK's timeout bounds the whole attempt
+			actx, cancel = context.WithTimeout(cctx, x.real(x.o.RequestTimeout))
+		}
+		req, _ := http.NewRequestWithContext(actx, http.MethodPost, x.url, strings.NewReader(`{"model":"protolabs/smart","stream":true}`))
+		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(attempt))
+		res, err := x.client.Do(req)
+		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			reason, sent = "request timeout", true
+			x.timeout()
+			continue
+		}
+		if res.StatusCode != http.StatusOK {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			cancel()
+			switch {
+			case res.Header.Get("X-Should-Retry") == "false": // the lane's queue timeout
+				reason = "queue timeout"
+				attempt = x.o.Retries
+			case res.StatusCode == http.StatusTooManyRequests:
+				reason, sent = "429", true
+			default:
+				reason, sent = "5xx", true
+			}
+			continue
+		}
+		sent = true
+		sc := bufio.NewScanner(res.Body)
+		got := false
+		for sc.Scan() {
+			if !got && strings.HasPrefix(sc.Text(), "data: {") {
+				got, first = true, x.now()-start
+			}
+			if sc.Text() == "data: [DONE]" {
+				ok = true
+			}
+		}
+		res.Body.Close()
+		cancel()
+		if !ok && ctx.Err() == nil {
+			reason = "request timeout" // the stream broke off or stalled
+			x.timeout()
+		}
+	}
+	if ctx.Err() != nil && !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	c := x.r.Classes[class]
+	if !ok {
+		c.Failed[reason]++
+		if reason == "queue timeout" && !sent {
+			x.r.FastFails++
+		} else {
+			x.r.FailedAfterGateway++
+		}
+		if p >= 0 {
+			x.panels[p].failed = true
+		}
+		return
+	}
+	c.Completed++
+	c.ttfts = append(c.ttfts, first)
+	if class == "interactive" {
+		x.r.Chats = append(x.r.Chats, Point{start, first.Seconds()})
+	}
+	if p >= 0 {
+		x.panels[p].left--
+		x.panels[p].finished = max(x.panels[p].finished, x.now())
+	}
+}
+
+func (x *httpRun) timeout() {
+	x.mu.Lock()
+	x.r.RequestTimeouts++
+	x.mu.Unlock()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

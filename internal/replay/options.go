@@ -1,0 +1,135 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/llmlanes/llmlanes/classify"
+)
+
+// Scenarios of the incident, in report order. Run takes these names, and
+// "shared-exporter" for the two-process comparison.
+var Scenarios = []string{"no-limiter", "lanes", "gateway-429"}
+
+// Options shape a replay; every duration is simulated time.
+type Options struct {
+	Seed     uint64        // draws the coders' arrivals and the gateway's faults
+	Duration time.Duration // how long calls keep arriving
+
+	// The gateway: Capacity answers at full speed, Tokens tokens of
+	// TokenTime after FirstTokenDelay; past Capacity every answer slows in
+	// proportion (processor sharing, as in gatewaysim).
+	Capacity        int
+	Tokens          int
+	TokenTime       time.Duration
+	FirstTokenDelay time.Duration
+
+	// The lanes: one lane per process of Limit slots, Reserve of them kept
+	// for interactive calls, and a queue timeout.
+	Limit        int
+	Reserve      int
+	QueueTimeout time.Duration
+
+	// The clients, as the OpenAI SDKs behave: each attempt bounded by
+	// RequestTimeout (with lanes: the transport's header and stall
+	// timeouts, which start once the slot is held), Retries retries after
+	// Backoff, doubled each time, on 429, 5xx and timeouts; none after an
+	// answer marked X-Should-Retry: false (a queue timeout).
+	RequestTimeout time.Duration
+	Retries        int
+	Backoff        time.Duration
+
+	// The load of each of Agents processes: an operator who sends a chat
+	// turn ChatEvery after each reply; coder calls every CoderEvery on
+	// average (uniform between half and one and a half times it); Panels
+	// review panels of PanelSize bulk finder calls, PanelEvery apart.
+	Agents     int
+	ChatEvery  time.Duration
+	CoderEvery time.Duration
+	Panels     int
+	PanelSize  int
+	PanelEvery time.Duration
+
+	// SharedLimit and SharedReserve are the settings of the one lane of
+	// the "shared-exporter" scenario, which every agent's calls pass
+	// through.
+	SharedLimit   int
+	SharedReserve int
+
+	// A fault, when FaultEnd is after FaultStart: at FaultStart the gateway
+	// breaks off every answer in progress (a replica fails), then answers
+	// FaultShare of the calls with 503 until FaultEnd.
+	FaultStart time.Duration
+	FaultEnd   time.Duration
+	FaultShare float64
+
+	// PollEvery is how often the classification route is polled, and the
+	// timeline sampled.
+	PollEvery  time.Duration
+	Thresholds classify.Thresholds
+}
+
+// Incident returns the #209 incident with the ADR's settings: a gateway of
+// capacity 6 whose answers (45 tokens of 1 s, after 1 s) take 46 s when
+// idle; 3 panels of 5 finders a minute apart, coder calls every 10 s and
+// an operator who sends a chat turn 15 s after each reply, for 10 minutes;
+// SDKs with a 120 s request timeout and 2 retries (0.5 s, then 1 s);
+// lanes of 5 with 1 reserved and a 300 s queue timeout.
+func Incident() Options {
+	return Options{Seed: 1, Duration: 10 * time.Minute,
+		Capacity: 6, Tokens: 45, TokenTime: time.Second, FirstTokenDelay: time.Second,
+		Limit: 5, Reserve: 1, QueueTimeout: 300 * time.Second,
+		RequestTimeout: 120 * time.Second, Retries: 2, Backoff: 500 * time.Millisecond,
+		Agents: 1, ChatEvery: 15 * time.Second, CoderEvery: 10 * time.Second,
+		Panels: 3, PanelSize: 5, PanelEvery: time.Minute,
+		PollEvery: 10 * time.Second, Thresholds: classify.DefaultThresholds()}
+}
+
+// TwoProcesses returns the ADR's over-commit: two agents, each running the
+// incident's load, on one gateway sized for 8, each with its own lanes of
+// 6 ("two instances with max_inflight: 6 each can still put 12 calls on a
+// gateway sized for 8"); the shared exporter's one lane has the gateway's 8
+// slots, 2 of them reserved (one operator per agent).
+func TwoProcesses() Options {
+	o := Incident()
+	o.Agents, o.Capacity, o.Limit, o.Reserve = 2, 8, 6, 1
+	o.SharedLimit, o.SharedReserve = 8, 2
+	return o
+}
+
+// Degradation returns the incident through lanes with a gateway that
+// fails between minutes 4 and 7: the answers in progress break off, then
+// half the calls get a 503. The load runs for 12 minutes.
+func Degradation() Options {
+	o := Incident()
+	o.Duration = 12 * time.Minute
+	o.FaultStart, o.FaultEnd, o.FaultShare = 4*time.Minute, 7*time.Minute, 0.5
+	return o
+}
+
+// Parameters writes every parameter as a Markdown list.
+func (o Options) Parameters(w io.Writer) {
+	p := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "- %s: "+format+"\n", append([]any{name}, args...)...)
+	}
+	p("seed", "%d", o.Seed)
+	p("calls arrive for", "%s", o.Duration)
+	p("gateway", "capacity %d; answers of %d tokens of %s after %s (%s when idle); processor sharing past capacity; no disconnect propagation",
+		o.Capacity, o.Tokens, o.TokenTime, o.FirstTokenDelay, o.FirstTokenDelay+time.Duration(o.Tokens)*o.TokenTime)
+	p("load per agent", "%d agent(s); an operator's chat turn %s after each reply; a coder call every %s on average; %d review panels of %d bulk finders, %s apart",
+		o.Agents, o.ChatEvery, o.CoderEvery, o.Panels, o.PanelSize, o.PanelEvery)
+	p("SDK", "request timeout %s; %d retries, backoff %s doubling, no jitter; no retry after X-Should-Retry: false",
+		o.RequestTimeout, o.Retries, o.Backoff)
+	p("lanes", "max_inflight %d, interactive_reserve %d, queue_timeout %s, aging one class per 60 s; transport header and stall timeouts %s from the grant",
+		o.Limit, o.Reserve, o.QueueTimeout, o.RequestTimeout)
+	if o.SharedLimit > 0 {
+		p("shared exporter's lane", "max_inflight %d, interactive_reserve %d", o.SharedLimit, o.SharedReserve)
+	}
+	if o.FaultEnd > o.FaultStart {
+		p("fault", "from %s to %s: answers in progress break off at the start, then %.0f%% of calls get a 503",
+			o.FaultStart, o.FaultEnd, 100*o.FaultShare)
+	}
+	p("classification", "polled every %s; wait_p90 %s, upstream_errors %d at %.0f%% of exchanges, retries %d (5-minute windows)",
+		o.PollEvery, o.Thresholds.WaitP90, o.Thresholds.UpstreamErrors, 100*o.Thresholds.ErrorRatio, o.Thresholds.Retries)
+}
