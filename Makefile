@@ -34,7 +34,7 @@ tools:
 ## CI runs it after make test.
 e2e: tools
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus' ./internal/exporter ./internal/demo
+	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus|EveryState|Readme' ./internal/exporter ./internal/demo ./internal/readme
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -46,7 +46,7 @@ vet:
 ## (the raw go test output is kept in docs/bench/raw.txt; re-render it with
 ##  go run ./internal/benchreport -in docs/bench/raw.txt)
 bench:
-	$(GO) run ./internal/benchreport -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
+	$(GO) run ./internal/benchreport $(BENCHFLAGS) -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
 
 ## replay: regenerate docs/INCIDENT-REPLAY.md and its timelines (the simulated replays are
 ## exact; -http adds the real-HTTP replay, about 30 s)
