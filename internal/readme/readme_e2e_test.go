@@ -265,7 +265,7 @@ func TestReadmeCommands(t *testing.T) {
 			}
 			waitFor(t, "http://127.0.0.1:4470/metrics", fmt.Sprintf(`lane="%s/v1|protolabs/smart"`, sim.URL), 10*time.Second, out)
 		},
-		"go run ./cmd/lanes-exporter --config lanes.yaml":         covered("cp lanes.example.yaml lanes.yaml"),
+		"go run ./cmd/lanes-exporter --config lanes.yaml":            covered("cp lanes.example.yaml lanes.yaml"),
 		"OPENAI_BASE_URL=http://127.0.0.1:4470/proxy/gw/ your-agent": covered("cp lanes.example.yaml lanes.yaml"),
 	}
 	for _, c := range commands(t) {
@@ -318,4 +318,3 @@ func sameTree(t *testing.T, work, dir string) {
 		return nil
 	})
 }
-
