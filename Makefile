@@ -21,11 +21,13 @@ fuzz:
 NODE_SDK = internal/exporter/testdata/node-sdk
 
 ## tools: what the tests need beyond Go, installed when missing (apt-get needs root, as
-## in CI): promtool, from Debian's prometheus package; Node.js and the official OpenAI
+## in CI): promtool, from Debian's prometheus package; redis-server and redis-cli, from
+## Debian's redis-server package, for the shared lanes; Node.js and the official OpenAI
 ## Node SDK (pinned in $(NODE_SDK)/package-lock.json) for the proxy's retry test
 tools:
 	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 	@command -v npm >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm; }
+	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; }
 	@test -d $(NODE_SDK)/node_modules/openai || npm ci --prefix $(NODE_SDK) --no-audit --no-fund --loglevel=error
 
 ## e2e: end-to-end tests that need software beyond Go: the status page in Debian's

@@ -34,11 +34,16 @@ const (
 	ReasonQueueTimeouts  = "queue_timeouts"
 	ReasonUpstreamErrors = "upstream_errors"
 	ReasonRetries        = "retries"
+	// ReasonSharedDown: the lane is shared (in Redis) and its store is
+	// unreachable, so this process uses lanes of its own or refuses calls.
+	// It points at neither the queue nor the gateway: it is listed, and
+	// the state is decided by the other reasons.
+	ReasonSharedDown = "shared_store_down"
 )
 
 // Reasons lists every reason, local ones first, for metrics.
 func Reasons() []string {
-	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonUpstreamErrors, ReasonRetries}
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonUpstreamErrors, ReasonRetries, ReasonSharedDown}
 }
 
 // IsGatewayReason reports whether reason r points at the gateway rather
@@ -161,6 +166,9 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	if n.Retries >= th.Retries {
 		c.Reasons, gateway = append(c.Reasons, ReasonRetries), true
 	}
+	if l.Shared != nil && l.Shared.State != limiter.BackendOK {
+		c.Reasons = append(c.Reasons, ReasonSharedDown)
+	}
 	switch {
 	case local: // the queue is what callers wait on, whatever the gateway does
 		c.State = LocalQueue
@@ -170,6 +178,12 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.State = Idle
 	}
 	c.HoldText = holdText(c, gateway)
+	if l.Shared != nil && l.Shared.State != limiter.BackendOK {
+		c.HoldText += "; shared store unreachable: " + map[string]string{
+			limiter.BackendLocalFallback: "this process uses lanes of its own",
+			limiter.BackendUnavailable:   "calls are refused until it is back",
+		}[l.Shared.State]
+	}
 	return c
 }
 

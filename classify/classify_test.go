@@ -153,3 +153,18 @@ func TestClearAfter(t *testing.T) {
 		t.Fatal("a negative clear_after passed validation")
 	}
 }
+
+// A shared lane whose store is down lists shared_store_down and says so in
+// the hold text; the state still comes from the other reasons.
+func TestSharedStoreDown(t *testing.T) {
+	l := limiter.LaneSnapshot{Lane: lane, Limit: 4, Inflight: 1, Shared: &limiter.Shared{State: limiter.BackendLocalFallback}}
+	c := classify.Lane(l, classify.DefaultThresholds())
+	if c.State != classify.Healthy || !reflect.DeepEqual(c.Reasons, []string{classify.ReasonSharedDown}) ||
+		c.HoldText != "gate healthy: 1 of 4 slots in use, 0 waiting; shared store unreachable: this process uses lanes of its own" {
+		t.Fatalf("%+v", c)
+	}
+	l.Shared.State = limiter.BackendOK
+	if c := classify.Lane(l, classify.DefaultThresholds()); len(c.Reasons) != 0 {
+		t.Fatalf("reasons %v with the store up", c.Reasons)
+	}
+}

@@ -22,10 +22,13 @@ type lane struct {
 	others int
 	free   []*hold // released holds, reused so that a grant allocates nothing
 	q      queue
-	seq    uint64
-	since  time.Time // when the queue last became non-empty: saturation
-	busyAt time.Time // while the queue is non-empty: busy time counted up to here
-	stats  window
+	// waiting counts, by class, this process's calls waiting in a Backend's
+	// queue (the local queue q stays empty then).
+	waiting [3]int
+	seq     uint64
+	since   time.Time // when the queue last became non-empty: saturation
+	busyAt  time.Time // while the queue is non-empty: busy time counted up to here
+	stats   window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
@@ -47,9 +50,10 @@ type lane struct {
 // release through a copy of the Slot no longer matches and does nothing.
 // Holds are reused through the lane's free list. Guarded by the lane's mu.
 type hold struct {
-	lane *lane
-	gen  uint64
-	prio Priority // the holder's own class
+	lane  *lane
+	gen   uint64
+	prio  Priority // the holder's own class
+	lease Lease    // the Backend's slot, with a backend
 }
 
 func newLane(lim *Limiter, key string) *lane {
@@ -65,7 +69,7 @@ func (l *lane) touchLocked(now time.Time) { l.touched = max(l.touched, l.stats.s
 // queued and no activity for ttl at now. Activity is known to the step
 // (10 s), so the idle time counts from the end of the last active step.
 func (l *lane) idleLocked(now time.Time, ttl time.Duration) bool {
-	if l.inflight > 0 || l.q.n > 0 {
+	if l.inflight > 0 || l.q.n > 0 || l.waiting != [3]int{} {
 		return false
 	}
 	last := l.stats.origin.Add(time.Duration(l.touched+1) * windowStep)
@@ -326,7 +330,8 @@ func (l *lane) release(h *hold, gen uint64) {
 		return // a second release through a copy of the Slot
 	}
 	h.gen++
-	p := h.prio
+	p, lease := h.prio, h.lease
+	h.lease = nil
 	l.inflight--
 	if p != Interactive {
 		l.others--
@@ -339,6 +344,9 @@ func (l *lane) release(h *hold, gen uint64) {
 		l.touched = l.stats.cur
 	}
 	l.mu.Unlock()
+	if lease != nil {
+		lease.Release()
+	}
 	l.lim.emit(context.Background(), Event{Kind: Released, Lane: l.key, Priority: p})
 }
 
@@ -369,5 +377,9 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s.QueueTimeouts5m = int(l.stats.timeouts)
 	s.Upstream = l.stats.upstreamCounts(now)
 	s.ETA = l.etaLocked(cfg, now)
+	if l.lim.backend != nil {
+		s.ETA = nil // the local history says nothing of the other processes' calls
+		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: l.waiting[0] + l.waiting[1] + l.waiting[2]}
+	}
 	return s
 }

@@ -18,8 +18,11 @@ type Limiter struct {
 	origin    time.Time
 	observers []Observer
 	log       *slog.Logger
-	lanes     sync.Map    // lane key → *lane
-	closed    atomic.Bool // Shutdown has begun
+	lanes     sync.Map        // lane key → *lane
+	closed    atomic.Bool     // Shutdown has begun
+	backend   Backend         // where the slots and queues are, if not here
+	down      context.Context // done once Shutdown has begun
+	shutdown  context.CancelFunc
 
 	// mu guards the lanes' membership: creating and evicting a lane, and
 	// the count that Config.MaxLanes bounds. Lookups of existing lanes
@@ -60,6 +63,7 @@ func New(cfg Config, opts ...Option) (*Limiter, error) {
 	}
 	l.origin = l.clock.Now()
 	l.cfg.Store(&cfg)
+	l.down, l.shutdown = context.WithCancel(context.Background())
 	return l, nil
 }
 
@@ -126,6 +130,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		return Slot{}, err
 	}
 	p := PriorityFrom(ctx)
+	if l.backend != nil {
+		return l.acquireShared(ctx, key, cfg, p)
+	}
 	var ln *lane
 	for {
 		var err error
@@ -226,6 +233,7 @@ func (l *Limiter) sweepIdle() {
 // no one. Shutdown is idempotent.
 func (l *Limiter) Shutdown() {
 	l.closed.Store(true)
+	l.shutdown()
 	l.mu.Lock()
 	if l.sweep != nil {
 		l.sweep.Stop()
@@ -257,7 +265,9 @@ func (l *Limiter) call(o Observer, ctx context.Context, e Event) {
 }
 
 // Snapshot reports every lane, sorted by key; with the limiter off it is
-// Snapshot{Enabled: false}. It reads memory only.
+// Snapshot{Enabled: false}. It reads memory only, except with a Backend:
+// then it asks the backend for the lanes' global figures, waiting at most
+// SharedStateTimeout.
 func (l *Limiter) Snapshot() Snapshot {
 	cfg := l.cfg.Load()
 	if cfg.MaxInflight == 0 {
@@ -273,6 +283,9 @@ func (l *Limiter) Snapshot() Snapshot {
 		return true
 	})
 	sort.Slice(s.Lanes, func(i, j int) bool { return s.Lanes[i].Lane < s.Lanes[j].Lane })
+	if l.backend != nil {
+		l.mergeShared(s.Lanes, now)
+	}
 	return s
 }
 
@@ -285,9 +298,15 @@ func (l *Limiter) Snapshot() Snapshot {
 // not be called concurrently on the same Slot variable; copies may be
 // released concurrently.
 type Slot struct {
-	h   *hold
-	gen uint64 // h.gen when granted; a released hold has moved on
+	h    *hold
+	gen  uint64          // h.gen when granted; a released hold has moved on
+	lost <-chan struct{} // the Backend lease's Lost, with a backend
 }
+
+// Lost returns a channel that is closed if the slot is lost: a Backend
+// could not keep it (see Lease), so the call must stop for the lane's
+// limit to hold. It is nil (never ready) for an in-process slot.
+func (s *Slot) Lost() <-chan struct{} { return s.lost }
 
 // Release gives the slot back; the lane grants it to the next waiter.
 func (s *Slot) Release() {

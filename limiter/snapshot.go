@@ -45,6 +45,22 @@ type LaneSnapshot struct {
 	// ETA estimates how long a call of each class arriving now would wait
 	// (see ETA). An extra key; Limiter.Snapshot always sets it.
 	ETA *ETA `json:"eta_s,omitempty"`
+	// Shared is set for a lane kept by a Backend (shared across
+	// processes): then Inflight, Queued, QueuedByPriority, OldestWait and
+	// Saturated are the lane's global figures, and Shared gives this
+	// process's share and who holds the slots. An extra key.
+	Shared *Shared `json:"shared,omitempty"`
+}
+
+// Shared is the sharing of a lane kept by a Backend.
+type Shared struct {
+	// State is BackendOK, BackendLocalFallback or BackendUnavailable; with
+	// either of the latter the global figures are this process's own.
+	State           string `json:"state"`
+	ProcessInflight int    `json:"process_inflight"`
+	ProcessQueued   int    `json:"process_queued"`
+	// Holders counts the slots held, by process name; null when unknown.
+	Holders map[string]int `json:"holders"`
 }
 
 // QueuedByPriority counts waiters by their own class.

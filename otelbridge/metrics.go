@@ -174,6 +174,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		timeouts, canceled, retries, ups     []metricdata.DataPoint[int64]
 		inflight, depth, limit, reserve, sat []metricdata.DataPoint[int64]
 		oldest                               []metricdata.DataPoint[float64]
+		holders, sharedUp, processInflight   []metricdata.DataPoint[int64]
 	)
 	sum := func(dst *[]metricdata.DataPoint[int64], m *laneMetrics, attrs attribute.Set, v int64) {
 		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: m.start, Time: now, Value: v})
@@ -207,6 +208,18 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		}{{limiter.Interactive, q.Interactive}, {limiter.Default, q.Default}, {limiter.Bulk, q.Bulk}} {
 			gauge(&depth, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("priority", c.p.String())), int64(c.n))
 		}
+		if sh := l.Shared; sh != nil {
+			gauge(&sharedUp, a, boolInt(sh.State == limiter.BackendOK))
+			gauge(&processInflight, a, int64(sh.ProcessInflight))
+			procs := make([]string, 0, len(sh.Holders))
+			for p := range sh.Holders {
+				procs = append(procs, p)
+			}
+			sort.Strings(procs)
+			for _, p := range procs {
+				gauge(&holders, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("process", p)), int64(sh.Holders[p]))
+			}
+		}
 	}
 	counter := func(name, unit, desc string, pts []metricdata.DataPoint[int64]) metricdata.Metrics {
 		return metricdata.Metrics{Name: name, Unit: unit, Description: desc,
@@ -233,6 +246,12 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		igauge("llm.saturated", "", "1 when the lane's queue has been non-empty for 60 s or more, else 0.", sat),
 		{Name: "llm.oldest_wait", Unit: "s", Description: "How long the lane's longest-waiting call has waited.",
 			Data: metricdata.Gauge[float64]{DataPoints: oldest}},
+	}
+	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
+		ms = append(ms,
+			igauge("llm.shared.up", "", "1 while a shared lane's store (Redis) is reachable, 0 while this process falls back or refuses calls.", sharedUp),
+			igauge("llm.shared.process_inflight", "{call}", "This process's share of a shared lane's calls in flight.", processInflight),
+			igauge("llm.shared.holders", "{call}", "Slots of a shared lane held, by process.", holders))
 	}
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}}, nil
 }

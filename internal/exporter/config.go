@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/sharedlane"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
 
@@ -31,6 +32,27 @@ type Config struct {
 	Server         ServerConfig   `yaml:"server"`
 	Classification Classification `yaml:"classification"`
 	Targets        []Target       `yaml:"targets"`
+	Shared         *SharedConfig  `yaml:"shared"`
+}
+
+// SharedConfig keeps the lanes in Redis, shared with every process that
+// names the same Redis and key prefix (package sharedlane). Absent: the
+// lanes are this process's own.
+type SharedConfig struct {
+	RedisURL         string   `yaml:"redis_url"`
+	KeyPrefix        string   `yaml:"key_prefix"`
+	LeaseTTL         Duration `yaml:"lease_ttl"`
+	OnRedisDown      string   `yaml:"on_redis_down"`
+	LocalMaxInflight int      `yaml:"local_max_inflight"`
+	// Process names this process among the lane's holders (default
+	// host:pid).
+	Process string `yaml:"process"`
+}
+
+// sharedlane returns the backend's settings.
+func (c *SharedConfig) sharedlane() sharedlane.Config {
+	return sharedlane.Config{URL: c.RedisURL, KeyPrefix: c.KeyPrefix, LeaseTTL: time.Duration(c.LeaseTTL),
+		OnRedisDown: c.OnRedisDown, LocalMaxInflight: c.LocalMaxInflight, Process: c.Process}
 }
 
 // LimiterConfig holds the lane settings (ADR-0115 D2).
@@ -290,6 +312,11 @@ func (c *Config) check() error {
 	}
 	if err := c.thresholds().Validate(); err != nil {
 		return keyErr("classification", "%v", err)
+	}
+	if c.Shared != nil {
+		if err := c.Shared.sharedlane().Validate(); err != nil {
+			return keyErr("shared", "%v", err)
+		}
 	}
 	names := map[string]bool{}
 	for i, t := range c.Targets {

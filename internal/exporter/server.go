@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/internal/version"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/sharedlane"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
 
@@ -31,11 +33,13 @@ type Server struct {
 	log  *slog.Logger
 	lim  *limiter.Limiter
 	tel  *telemetry.Telemetry
-	base http.RoundTripper // shared connection pool to the upstreams
-	cfg  atomic.Pointer[Config]
-	ups  atomic.Pointer[map[string]*upstream]
-	mux  *http.ServeMux
-	mu   sync.Mutex // serializes reloads
+	// shared keeps the lanes in Redis (the shared: section); nil otherwise.
+	shared *sharedlane.Backend
+	base   http.RoundTripper // shared connection pool to the upstreams
+	cfg    atomic.Pointer[Config]
+	ups    atomic.Pointer[map[string]*upstream]
+	mux    *http.ServeMux
+	mu     sync.Mutex // serializes reloads
 
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
@@ -104,6 +108,15 @@ func New(cfg *Config, o Options) (*Server, error) {
 	}
 	if o.Clock != nil {
 		opts = append(opts, limiter.WithClock(o.Clock))
+	}
+	if cfg.Shared != nil {
+		sc := cfg.Shared.sharedlane()
+		sc.Log = s.log
+		if s.shared, err = sharedlane.New(sc); err != nil {
+			return nil, err
+		}
+		opts = append(opts, limiter.WithBackend(s.shared))
+		s.log.Info("lanes are shared in Redis", "redis_url", sharedlane.Redact(sc.URL), "process", s.shared.Process())
 	}
 	lim, err := limiter.New(cfg.limiterConfig(), opts...)
 	if err != nil {
@@ -184,6 +197,12 @@ func (s *Server) Reload() error {
 		return err
 	}
 	old := s.cfg.Load()
+	if !reflect.DeepEqual(cfg.Shared, old.Shared) {
+		err := errors.New("shared: the shared-lanes section changes only at the next start")
+		s.reloadOK.Set(0)
+		s.log.Error("reload refused; the old configuration stays in force", "err", err)
+		return err
+	}
 	if cfg.Listen != old.Listen || cfg.Metrics.Prefix != old.Metrics.Prefix {
 		s.log.Warn("listen and metrics.prefix change only at the next start", "listen", old.Listen, "prefix", old.Metrics.Prefix)
 		cfg.Listen, cfg.Metrics.Prefix = old.Listen, old.Metrics.Prefix
@@ -208,6 +227,9 @@ func (s *Server) Stop() {
 func (s *Server) Shutdown(ctx context.Context) error {
 	if p := s.polls.Swap(nil); p != nil {
 		p.stop()
+	}
+	if s.shared != nil {
+		s.shared.Close()
 	}
 	if c, ok := s.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()

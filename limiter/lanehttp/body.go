@@ -39,6 +39,10 @@ type exchange struct {
 	slot       limiter.Slot
 	stallTimer limiter.Timer
 	guard      func() // x.check, made once
+	// over is closed by finish when the slot can be lost (a shared lane),
+	// to stop the goroutine that watches for that; lost is set when it was.
+	over chan struct{}
+	lost atomic.Bool
 }
 
 func (x *exchange) Read(p []byte) (int, error) {
@@ -54,6 +58,9 @@ func (x *exchange) Read(p []byte) (int, error) {
 	case err == nil:
 	case err == io.EOF:
 		x.finish(x.statusOutcome())
+	case x.lost.Load():
+		err = &lostError{lane: x.lane}
+		x.finish(limiter.OutcomeCanceled)
 	case x.stalled.Load():
 		err = &StallError{Lane: x.lane, Phase: "response body", After: x.t.StallTimeout}
 		x.finish(limiter.OutcomeStall)
@@ -145,6 +152,9 @@ func (x *exchange) finish(o limiter.Outcome) {
 		x.stallTimer.Stop()
 	}
 	x.slot.Release()
+	if x.over != nil {
+		close(x.over)
+	}
 	x.mu.Unlock()
 	x.cancel()
 	now := x.clock.Now()

@@ -35,3 +35,17 @@ func (e *StallError) Is(target error) bool { return target == ErrStall }
 
 // Timeout reports true, as net.Error does for timeouts.
 func (e *StallError) Timeout() bool { return true }
+
+// ErrSlotLost is returned when a call's slot was lost: its lane is shared
+// (limiter.Backend) and the slot's lease could not be kept, so the call was
+// stopped for the lane's limit to hold. Sending the call again is safe.
+var ErrSlotLost = errors.New("lanehttp: the call's shared slot was lost")
+
+// lostError names the lane of an ErrSlotLost.
+type lostError struct{ lane string }
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("lanehttp: lane %q: the shared slot's lease could not be kept (the shared store was unreachable), so the call was stopped to keep the lane's limit; send it again", e.lane)
+}
+
+func (e *lostError) Is(target error) bool { return target == ErrSlotLost }

@@ -25,6 +25,9 @@ const (
 	// ShuttingDownCode: the process is shutting down (503, retryable, to
 	// another instance).
 	ShuttingDownCode = "lane_shutting_down"
+	// LaneUnavailableCode: the lane is shared and its store is unreachable,
+	// with the backend set to refuse calls then (503, retryable).
+	LaneUnavailableCode = "lane_unavailable"
 )
 
 // ErrorBody is the OpenAI-style JSON error of a synthesized response:

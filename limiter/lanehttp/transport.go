@@ -173,6 +173,13 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 		named.Lane = name
 		return NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
 			Message: named.Error(), Type: "server_error", Code: LaneLimitCode, Lane: name}})
+	case errors.Is(err, limiter.ErrLaneUnavailable):
+		res := NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
+			Message: fmt.Sprintf("lane %q: the shared lane's store (Redis) is unreachable and this process refuses calls until it is back; send the call again later", name),
+			Type:    "server_error", Code: LaneUnavailableCode, Lane: name}})
+		res.Header.Del("X-Should-Retry") // retryable
+		res.Header.Set("Retry-After", "5")
+		return res
 	case errors.Is(err, limiter.ErrShuttingDown):
 		res := NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
 			Message: fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name),
@@ -194,8 +201,10 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 		x.retry = true
 	}
 	out := req
-	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 {
-		// The guards end a stalled exchange by canceling its request.
+	lost := slot.Lost()
+	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 || lost != nil {
+		// The guards end a stalled exchange by canceling its request, and
+		// so does the loss of a shared slot.
 		var upCtx context.Context
 		upCtx, x.cancel = context.WithCancel(req.Context())
 		out = req.WithContext(upCtx)
@@ -208,6 +217,17 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 
+	if lost != nil {
+		x.over = make(chan struct{})
+		go func() {
+			select {
+			case <-lost:
+				x.lost.Store(true)
+				x.cancel()
+			case <-x.over:
+			}
+		}()
+	}
 	var headerTimer limiter.Timer
 	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 {
 		x.guard = x.check // one func value for both guards' timers
@@ -226,6 +246,8 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 	if err != nil {
 		outcome := limiter.OutcomeTransportError
 		switch {
+		case x.lost.Load():
+			err, outcome = &lostError{lane: lane}, limiter.OutcomeCanceled
 		case errors.Is(err, ErrStall):
 			outcome = limiter.OutcomeStall
 		case req.Context().Err() != nil:

@@ -1,0 +1,198 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// A Backend keeps the slots and queues of lanes outside this process, in a
+// store that several processes share, so that they share one budget per
+// lane (package sharedlane keeps them in Redis). With a backend set
+// (WithBackend), Acquire asks it for every slot, and the backend decides
+// grants with the same rules as an in-process lane: the limit and the
+// reserve of Config, classes with aging from the logical arrival, FIFO
+// within a class, the queue timeout. The Limiter keeps, per lane, this
+// process's share (its holders and waiters) and its statistics (waits,
+// queue timeouts, exchanges), and its snapshot reports the lane's global
+// figures beside them.
+//
+// A Backend must be safe for concurrent use.
+type Backend interface {
+	// Acquire blocks until the call r describes holds a slot in lane
+	// r.Lane, its wait reaches r.Config.QueueTimeout (it returns an error
+	// for which errors.Is(err, ErrQueueTimeout) holds), or ctx ends (it
+	// returns ctx.Err()). A call whose wait ends without a slot leaves
+	// nothing in the backend. It returns an error for which
+	// errors.Is(err, ErrLaneUnavailable) holds when the backend can neither
+	// reach its store nor fall back.
+	Acquire(ctx context.Context, r Request) (Lease, error)
+	// Lanes returns the global state of the lanes named by keys, as far as
+	// the backend can tell within ctx; a key it knows nothing of is absent.
+	Lanes(ctx context.Context, keys []string) map[string]SharedLane
+}
+
+// Request is one acquisition asked of a Backend.
+type Request struct {
+	Lane     string
+	Priority Priority  // the call's own class
+	Arrival  time.Time // its logical arrival (see WithArrival), on the limiter's clock
+	Config   Config    // the settings in force: MaxInflight, the reserve, QueueTimeout
+	// Queued, if the call has to wait, is called once, on the goroutine
+	// that called Acquire and before Acquire returns, with its place in
+	// line (waiters of the same or a higher class, itself included).
+	Queued func(position int)
+}
+
+// A Lease is a slot granted by a Backend.
+type Lease interface {
+	// Release gives the slot back. It is called once.
+	Release()
+	// Lost is closed when the backend could not keep the slot (its lease
+	// in the shared store lapsed, so the store may have granted it again):
+	// the call must stop, so that the lane's limit holds. nil if it never
+	// happens.
+	Lost() <-chan struct{}
+}
+
+// SharedLane is a lane's state in a Backend's store, across every process.
+type SharedLane struct {
+	// State says how this process reaches the lane: "ok"; "local_fallback"
+	// (the store is unreachable and this process uses lanes of its own);
+	// "unavailable" (the store is unreachable and calls are refused).
+	State            string
+	Inflight         int
+	QueuedByPriority QueuedByPriority
+	// QueuedFor is how long the lane's queue has been non-empty (0 when
+	// empty), on the store's clock; OldestWait is the longest wait now.
+	QueuedFor  time.Duration
+	OldestWait time.Duration
+	// Holders counts the slots held, by process name.
+	Holders map[string]int
+}
+
+// Backend states, as SharedLane.State and the snapshot show them.
+const (
+	BackendOK            = "ok"
+	BackendLocalFallback = "local_fallback"
+	BackendUnavailable   = "unavailable"
+)
+
+// ErrLaneUnavailable is returned by Acquire when the lane's shared store
+// cannot be reached and the backend is set to refuse calls then: the call
+// may be retried (elsewhere, or later).
+var ErrLaneUnavailable = errors.New("limiter: the lane's shared store is unavailable")
+
+// WithBackend makes the limiter keep its lanes' slots and queues in b (see
+// Backend). Config.MaxInflight 0 still turns the limiter off.
+func WithBackend(b Backend) Option { return func(l *Limiter) { l.backend = b } }
+
+// acquireShared is Acquire with a backend: the backend decides; the lane
+// here counts this process's share and keeps the statistics.
+func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p Priority) (Slot, error) {
+	var ln *lane
+	for {
+		var err error
+		if ln, err = l.lane(key, cfg); err != nil {
+			return Slot{}, err
+		}
+		ln.mu.Lock()
+		if !ln.evicted {
+			break
+		}
+		ln.mu.Unlock() // evicted between the lookup and the lock: make it again
+	}
+	if l.closed.Load() {
+		ln.mu.Unlock()
+		l.emit(ctx, Event{Kind: Refused, Lane: key, Priority: p})
+		return Slot{}, ErrShuttingDown
+	}
+	start := l.clock.Now()
+	arrival := start
+	if a, ok := ArrivalFrom(ctx); ok && a.Before(start) {
+		arrival = a
+	}
+	ln.waiting[p.Index()]++
+	ln.touchLocked(start)
+	ln.mu.Unlock()
+	place := 0
+	// Shutdown ends the backend's wait too.
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.down, cancel)()
+	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Arrival: arrival, Config: *cfg, Queued: func(pos int) {
+		place = pos
+		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Position: pos})
+	}})
+	if err != nil && ctx.Err() == nil && l.closed.Load() {
+		err = ErrShuttingDown
+	}
+	now := l.clock.Now()
+	waited := now.Sub(start)
+	if place == 0 {
+		waited = 0 // granted without queueing: the round trip is not a wait
+	}
+	e := Event{Lane: key, Priority: p, Wait: waited, Position: place}
+	ln.mu.Lock()
+	ln.waiting[p.Index()]--
+	ln.touchLocked(now)
+	var s Slot
+	switch {
+	case err == nil:
+		h := ln.takeLocked(p)
+		h.lease = lease
+		s = Slot{h: h, gen: h.gen, lost: lease.Lost()}
+		if place == 0 {
+			ln.stats.advance(now)
+			ln.stats.recordZero()
+		} else {
+			ln.stats.recordWait(now, waited)
+			ln.stats.recordQueuedGrant()
+		}
+		e.Kind = Acquired
+	case errors.Is(err, ErrQueueTimeout):
+		ln.stats.recordTimeout(now, waited)
+		err = &QueueTimeoutError{Lane: key, Priority: p, Waited: waited, Position: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
+		e.Kind = TimedOut
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrLaneUnavailable):
+		e.Kind = Refused
+	default:
+		e.Kind = Canceled
+	}
+	ln.mu.Unlock()
+	l.emit(ctx, e)
+	return s, err
+}
+
+// SharedStateTimeout bounds how long Snapshot waits for a Backend's
+// global figures.
+const SharedStateTimeout = 2 * time.Second
+
+// mergeShared puts the backend's global figures into the snapshot's lanes.
+// A lane the backend cannot report keeps this process's own figures, and
+// says so in Shared.State.
+func (l *Limiter) mergeShared(lanes []LaneSnapshot, now time.Time) {
+	keys := make([]string, len(lanes))
+	for i, s := range lanes {
+		keys[i] = s.Lane
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), SharedStateTimeout)
+	defer cancel()
+	global := l.backend.Lanes(ctx, keys)
+	for i := range lanes {
+		s := &lanes[i]
+		g, ok := global[s.Lane]
+		if !ok {
+			s.Shared.State = BackendUnavailable
+			continue
+		}
+		s.Shared.State, s.Shared.Holders = g.State, g.Holders
+		if g.State != BackendOK {
+			continue
+		}
+		s.Inflight, s.QueuedByPriority = g.Inflight, g.QueuedByPriority
+		s.Queued = g.QueuedByPriority.Interactive + g.QueuedByPriority.Default + g.QueuedByPriority.Bulk
+		s.OldestWait = seconds(g.OldestWait.Seconds())
+		s.Saturated = s.Queued > 0 && g.QueuedFor >= saturationAfter
+	}
+}

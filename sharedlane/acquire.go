@@ -1,0 +1,198 @@
+package sharedlane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// waiter is a call of this process queued in a shared lane.
+type waiter struct {
+	lk   *laneKeys
+	id   string
+	wake chan struct{} // a grant message named it
+	gone chan struct{} // the renewal loop found its place gone (Redis lost it)
+}
+
+// Acquire waits for a slot of lane r.Lane in Redis (see limiter.Backend).
+func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	qt := r.Config.QueueTimeout
+	if qt == 0 {
+		qt = limiter.DefaultQueueTimeout
+	}
+	deadline := time.Now().Add(qt)
+	lk := b.keysOf(r.Lane)
+	if cfg := lk.cfg.Load(); cfg == nil || *cfg != r.Config {
+		c := r.Config
+		lk.cfg.Store(&c)
+	}
+	queued := false
+	for {
+		if isDown, _ := b.down(); isDown {
+			return b.fallback(ctx, r, deadline)
+		}
+		// Only a duration crosses to Redis: its clock, not this host's,
+		// places the arrival.
+		age := max(0, time.Since(r.Arrival)).Milliseconds()
+		if ra := r.Arrival; ra.IsZero() {
+			age = 0
+		}
+		v, err := b.run(ctx, lk, "acquire", int(r.Priority.Index()), age, b.cfg.Process, r.Lane, b.suffix)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if isScriptError(err) {
+				return nil, fmt.Errorf("sharedlane: %w", err)
+			}
+			b.markDown(err)
+			continue
+		}
+		res, _ := v.([]any)
+		if len(res) != 3 {
+			return nil, fmt.Errorf("sharedlane: unexpected answer %v", v)
+		}
+		id := fmt.Sprint(res[1])
+		if res[0] == "granted" {
+			return b.hold(lk, id, r.Priority), nil
+		}
+		if !queued && r.Queued != nil {
+			queued = true
+			pos, _ := strconv.Atoi(fmt.Sprint(res[2]))
+			r.Queued(pos)
+		}
+		l, err, again := b.wait(ctx, r, lk, id, deadline)
+		if !again {
+			return l, err
+		}
+	}
+}
+
+// wait waits for the grant of waiter id. again asks Acquire to queue the
+// call anew (same arrival: same place in the order), because Redis lost
+// its place (a restart) or went down.
+func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id string, deadline time.Time) (l limiter.Lease, err error, again bool) {
+	w := &waiter{lk: lk, id: id, wake: make(chan struct{}, 1), gone: make(chan struct{})}
+	b.mu.Lock()
+	b.waiters[lk.tag+" "+id] = w
+	_, downCh := b.isDown, b.downCh
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.waiters, lk.tag+" "+id)
+		b.mu.Unlock()
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	poll := time.NewTicker(b.cfg.PollEvery)
+	defer poll.Stop()
+	// A grant published before w was registered is found by this first
+	// look; any later one wakes w.
+	take := func() (limiter.Lease, error, bool, bool) { // lease, err, again, done
+		v, err := b.run(ctx, lk, "take", id)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return b.leave(r, lk, id, ctx.Err())
+		case err != nil && isScriptError(err):
+			return nil, fmt.Errorf("sharedlane: %w", err), false, true
+		case err != nil:
+			b.markDown(err)
+			return nil, nil, true, true
+		case v == "granted":
+			return b.hold(lk, id, r.Priority), nil, false, true
+		case v == "gone":
+			return nil, nil, true, true
+		}
+		return nil, nil, false, false
+	}
+	if l, err, again, done := take(); done {
+		return l, err, again
+	}
+	for {
+		select {
+		case <-w.wake:
+		case <-poll.C:
+		case <-w.gone:
+			return nil, nil, true
+		case <-downCh:
+			return nil, nil, true
+		case <-timer.C:
+			l, err, again, _ := b.leave(r, lk, id, limiter.ErrQueueTimeout)
+			return l, err, again
+		case <-ctx.Done():
+			l, err, again, _ := b.leave(r, lk, id, ctx.Err())
+			return l, err, again
+		}
+		if l, err, again, done := take(); done {
+			return l, err, again
+		}
+	}
+}
+
+// leave takes waiter id out of the queue because of why (a queue timeout
+// or the caller's context). A grant that won the race stands for a queue
+// timeout, as in an in-process lane; for a canceled caller it is given
+// back.
+func (b *Backend) leave(r limiter.Request, lk *laneKeys, id string, why error) (limiter.Lease, error, bool, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+	defer cancel()
+	v, err := b.run(ctx, lk, "cancel", id)
+	if err != nil {
+		// The place will lapse with its lease; nothing more to do here.
+		if !isScriptError(err) {
+			b.markDown(err)
+		}
+		return nil, why, false, true
+	}
+	if v == "granted" {
+		l := b.hold(lk, id, r.Priority)
+		if errors.Is(why, limiter.ErrQueueTimeout) {
+			return l, nil, false, true
+		}
+		l.Release()
+	}
+	return nil, why, false, true
+}
+
+// fallback serves r on this process's own lanes, or refuses it, while
+// Redis is down.
+func (b *Backend) fallback(ctx context.Context, r limiter.Request, deadline time.Time) (limiter.Lease, error) {
+	if b.local == nil {
+		return nil, fmt.Errorf("sharedlane: lane %q: %w (on_redis_down: closed)", r.Lane, limiter.ErrLaneUnavailable)
+	}
+	b.setLocal(r.Config)
+	// What is left of the call's queue timeout bounds its wait here.
+	lctx, cancel := context.WithDeadline(limiter.WithPriority(ctx, r.Priority), deadline)
+	defer cancel()
+	if !r.Arrival.IsZero() {
+		lctx = limiter.WithArrival(lctx, r.Arrival)
+	}
+	s, err := b.local.Acquire(lctx, r.Lane)
+	if err != nil {
+		if errors.Is(err, limiter.ErrQueueTimeout) || (ctx.Err() == nil && lctx.Err() != nil) {
+			return nil, limiter.ErrQueueTimeout
+		}
+		return nil, err
+	}
+	l := &lease{b: b, local: &s, class: r.Priority, lost: make(chan struct{})}
+	b.mu.Lock()
+	b.fallbacks[l] = false
+	b.mu.Unlock()
+	return l, nil
+}
+
+// setLocal puts the fallback lanes under the lane's settings, with
+// LocalMaxInflight for the limit.
+func (b *Backend) setLocal(lane limiter.Config) {
+	want := limiter.Config{MaxInflight: b.cfg.LocalMaxInflight, InteractiveReserve: lane.InteractiveReserve, QueueTimeout: lane.QueueTimeout}
+	if b.local.Config() != want {
+		b.local.SetConfig(want)
+	}
+}

@@ -1,0 +1,238 @@
+package sharedlane
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+//go:embed lane.lua
+var laneLua string
+
+// Backend is a limiter.Backend on Redis. Create it with New, pass it to
+// limiter.New with limiter.WithBackend, and Close it after the limiter's
+// last call.
+type Backend struct {
+	cfg     Config
+	rdb     redis.UniversalClient
+	script  *redis.Script
+	channel string
+	suffix  string // this process's random part of every id it asks for
+	log     *slog.Logger
+	local   *limiter.Limiter // the fallback lanes, with OnRedisDown "local"
+	sub     *redis.PubSub
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	tags    sync.Map // lane key → *laneKeys
+
+	// mu guards the maps of what this process holds and waits for (the
+	// renewal loop walks them; Acquire and Release add and remove) and
+	// the up/down state, which every Acquire reads.
+	mu        sync.Mutex
+	waiters   map[string]*waiter // by tag and id
+	leases    map[string]*lease  // shared slots held, by tag and id
+	fallbacks map[*lease]bool    // slots held on the fallback lanes, registered in Redis or not
+	isDown    bool
+	downCh    chan struct{} // closed when Redis goes down; a new one once it is back
+	upAt      time.Time     // when a Redis that answers again is used again
+}
+
+// laneKeys are the Redis keys of one lane.
+type laneKeys struct {
+	lane string
+	tag  string   // the hash tag: every key of the lane is in one slot
+	keys []string // as lane.lua numbers them
+	// cfg is the lane's settings as this process last acquired with them;
+	// every op that may grant (a release, a lapsed lease swept) grants
+	// under them. nil until then: such ops grant nothing.
+	cfg atomic.Pointer[limiter.Config]
+}
+
+// New connects to Redis (it does not wait for it: a Redis that is down at
+// start means the fallback until it answers) and starts the renewal loop
+// and the grant subscription.
+func New(cfg Config) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sharedlane: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	rdb, err := newClient(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("sharedlane: %w", err)
+	}
+	var suffix [4]byte
+	rand.Read(suffix[:])
+	b := &Backend{cfg: cfg, rdb: rdb, script: redis.NewScript(laneLua), channel: cfg.KeyPrefix + ":grants",
+		suffix: hex.EncodeToString(suffix[:]), log: cfg.Log, stop: make(chan struct{}),
+		waiters: map[string]*waiter{}, leases: map[string]*lease{}, fallbacks: map[*lease]bool{}, downCh: make(chan struct{})}
+	if cfg.OnRedisDown == OnDownLocal {
+		// Its settings come with each call (see fallback); these are placeholders.
+		b.local, _ = limiter.New(limiter.Config{MaxInflight: cfg.LocalMaxInflight})
+	}
+	b.sub = rdb.Subscribe(context.Background(), b.channel)
+	b.wg.Add(2)
+	go b.listen()
+	go b.renewLoop()
+	return b, nil
+}
+
+// Close stops the loops and closes the connections. Slots still held are
+// left to their leases.
+func (b *Backend) Close() error {
+	close(b.stop)
+	b.sub.Close()
+	b.wg.Wait()
+	if b.local != nil {
+		b.local.Shutdown()
+	}
+	return b.rdb.Close()
+}
+
+// Process returns the name this process goes by in the lanes' holders.
+func (b *Backend) Process() string { return b.cfg.Process }
+
+func (b *Backend) keysOf(lane string) *laneKeys {
+	if v, ok := b.tags.Load(lane); ok {
+		return v.(*laneKeys)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(lane))
+	tag := fmt.Sprintf("%016x", h.Sum64())
+	lk := &laneKeys{lane: lane, tag: tag}
+	for _, k := range []string{"h", "hc", "qx", "qc", "q0", "q1", "q2", "g", "m"} {
+		lk.keys = append(lk.keys, b.cfg.KeyPrefix+":{"+tag+"}:"+k)
+	}
+	v, _ := b.tags.LoadOrStore(lane, lk)
+	return v.(*laneKeys)
+}
+
+// run runs one op of lane.lua for lane lk, under the lane's settings.
+func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any) (any, error) {
+	limit, reserve := 0, 0 // grant nothing
+	if cfg := lk.cfg.Load(); cfg != nil {
+		limit, reserve = cfg.MaxInflight, cfg.Reserve()
+	}
+	argv := append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds()}, args...)
+	v, err := b.script.Run(ctx, b.rdb, lk.keys, argv...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// listen wakes the waiters named in grant messages.
+func (b *Backend) listen() {
+	defer b.wg.Done()
+	ch := b.sub.Channel()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			tag, ids, _ := strings.Cut(m.Payload, " ")
+			b.mu.Lock()
+			for _, id := range strings.Split(ids, ",") {
+				if w := b.waiters[tag+" "+id]; w != nil {
+					select {
+					case w.wake <- struct{}{}:
+					default:
+					}
+				}
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// down reports whether Redis is taken to be down, and the channel that
+// closes when it goes down.
+func (b *Backend) down() (bool, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.isDown, b.downCh
+}
+
+// markDown takes Redis to be down after err.
+func (b *Backend) markDown(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.isDown {
+		return
+	}
+	b.isDown = true
+	close(b.downCh)
+	if b.local != nil {
+		go b.occupy()
+	}
+	b.log.Warn("sharedlane: Redis is unreachable: lanes fall back", "mode", b.cfg.OnRedisDown,
+		"local_max_inflight", b.cfg.LocalMaxInflight, "err", redactErr(err, nil))
+}
+
+// Lanes reports the lanes' global state (see limiter.Backend).
+func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.SharedLane {
+	out := map[string]limiter.SharedLane{}
+	if isDown, _ := b.down(); isDown {
+		state := limiter.BackendLocalFallback
+		if b.cfg.OnRedisDown == OnDownClosed {
+			state = limiter.BackendUnavailable
+		}
+		for _, k := range keys {
+			out[k] = limiter.SharedLane{State: state}
+		}
+		return out
+	}
+	for _, k := range keys {
+		v, err := b.run(ctx, b.keysOf(k), "state")
+		if err != nil {
+			if ctx.Err() == nil && !isScriptError(err) {
+				b.markDown(err)
+			}
+			continue
+		}
+		r, _ := v.([]any)
+		if len(r) < 6 {
+			continue
+		}
+		num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(r[i]), 10, 64); return n }
+		now := num(0)
+		s := limiter.SharedLane{State: limiter.BackendOK, Holders: map[string]int{},
+			QueuedByPriority: limiter.QueuedByPriority{Interactive: int(num(1)), Default: int(num(2)), Bulk: int(num(3))}}
+		if since := fmt.Sprint(r[4]); since != "" {
+			s.QueuedFor = time.Duration(now-num(4)) * time.Millisecond
+		}
+		if oldest := fmt.Sprint(r[5]); oldest != "" {
+			s.OldestWait = time.Duration(now-num(5)) * time.Millisecond
+		}
+		for _, h := range r[6:] {
+			_, proc, _ := strings.Cut(fmt.Sprint(h), "|")
+			s.Holders[proc]++
+			s.Inflight++
+		}
+		out[k] = s
+	}
+	return out
+}
+
+// isScriptError reports an error Redis answered (a bug), as opposed to one
+// of reaching it.
+func isScriptError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

@@ -1,0 +1,182 @@
+package sharedlane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Config configures New. Zero fields take the documented defaults.
+type Config struct {
+	// URL names Redis: redis://[user:password@]host:port/db, rediss:// for
+	// TLS; ?master_name=NAME (and &addr=host:port for more sentinels) for
+	// Sentinel; ?addr=host:port (more seed nodes) or ?cluster=true for a
+	// Cluster.
+	URL string
+	// KeyPrefix starts every key and the grant channel: processes with the
+	// same prefix and lane key share the lane. Default "llmlanes".
+	KeyPrefix string
+	// LeaseTTL is how long a held slot or a queue place outlives its
+	// process's last renewal. Default 15 s.
+	LeaseTTL time.Duration
+	// OnRedisDown is "local" (the default: lanes of this process's own, of
+	// LocalMaxInflight slots) or "closed" (refuse calls).
+	OnRedisDown string
+	// LocalMaxInflight is the limit of the fallback lanes. Default 2.
+	LocalMaxInflight int
+	// Process names this process where the lane shows who holds its slots.
+	// Default host:pid.
+	Process string
+	// AgingStep is how long a waiter waits before its class rises a step,
+	// on Redis' clock. Default 60 s, as in an in-process lane; tests
+	// shorten it.
+	AgingStep time.Duration
+	// PollEvery is how often a waiter checks its place in case a grant's
+	// message was lost. Default 1 s.
+	PollEvery time.Duration
+	// Log receives the changes of state (Redis down, back, a slot lost).
+	// Default slog.Default().
+	Log *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultKeyPrefix        = "llmlanes"
+	DefaultLeaseTTL         = 15 * time.Second
+	DefaultLocalMaxInflight = 2
+	DefaultAgingStep        = time.Minute
+	DefaultPollEvery        = time.Second
+)
+
+// Fallback modes.
+const (
+	OnDownLocal  = "local"
+	OnDownClosed = "closed"
+)
+
+func (c Config) withDefaults() Config {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.OnRedisDown == "" {
+		c.OnRedisDown = OnDownLocal
+	}
+	if c.LocalMaxInflight == 0 {
+		c.LocalMaxInflight = DefaultLocalMaxInflight
+	}
+	if c.Process == "" {
+		host, _ := os.Hostname()
+		c.Process = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if c.AgingStep == 0 {
+		c.AgingStep = DefaultAgingStep
+	}
+	if c.PollEvery == 0 {
+		c.PollEvery = DefaultPollEvery
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the settings that are out of range. It checks the URL's
+// form, not that Redis answers.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := newClient(c.URL); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < 300*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("lease_ttl is %s: want 300ms or more", c.LeaseTTL))
+	}
+	if c.OnRedisDown != "" && c.OnRedisDown != OnDownLocal && c.OnRedisDown != OnDownClosed {
+		errs = append(errs, fmt.Errorf("on_redis_down is %q: want local or closed", c.OnRedisDown))
+	}
+	if c.LocalMaxInflight < 0 {
+		errs = append(errs, fmt.Errorf("local_max_inflight is %d: want 1 or more", c.LocalMaxInflight))
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("key_prefix %q: braces are reserved for the lanes' hash tags", c.KeyPrefix))
+	}
+	if c.Process != "" && strings.Contains(c.Process, "|") {
+		errs = append(errs, fmt.Errorf("process %q: '|' is reserved", c.Process))
+	}
+	if c.AgingStep < 0 || c.PollEvery < 0 {
+		errs = append(errs, errors.New("aging step and poll period: want 0 (the default) or more"))
+	}
+	return errors.Join(errs...)
+}
+
+// newClient makes the go-redis client that URL names: Sentinel with
+// master_name, a Cluster with addr or cluster=true, else a single node. Its
+// errors never repeat the URL's password.
+func newClient(raw string) (redis.UniversalClient, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		return nil, fmt.Errorf("redis_url %q: want redis://host:port or rediss://host:port", Redact(raw))
+	}
+	q := u.Query()
+	switch {
+	case q.Has("master_name"):
+		o, err := redis.ParseFailoverURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u))
+		}
+		return redis.NewFailoverClient(o), nil
+	case q.Has("addr") || q.Get("cluster") == "true":
+		q.Del("cluster")
+		u.RawQuery = q.Encode()
+		o, err := redis.ParseClusterURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u))
+		}
+		o.MaintNotificationsConfig = noMaint()
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u))
+	}
+	o.MaintNotificationsConfig = noMaint()
+	return redis.NewClient(o), nil
+}
+
+// noMaint turns off go-redis' maintenance notifications (a Redis Cloud
+// feature), whose background goroutines outlive a closed client.
+func noMaint() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// Redact returns raw with the password of its user information replaced,
+// for logs and errors.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func redactErr(err error, u *url.URL) string {
+	s := err.Error()
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			s = strings.ReplaceAll(s, p, "xxxxx")
+		}
+	}
+	return s
+}

@@ -1,0 +1,285 @@
+package sharedlane
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// lease is a slot this process holds: in Redis (lk and id set), on the
+// fallback lanes (local set), or both (a fallback slot registered in Redis
+// when it came back).
+type lease struct {
+	b     *Backend
+	class limiter.Priority
+	local *limiter.Slot
+	// occupied is a fallback slot taken for this shared slot while Redis
+	// is down, so that the fallback lanes count the calls still running.
+	occupied *limiter.Slot
+	lost  chan struct{}
+	once  sync.Once // Release
+	lose  sync.Once // closing lost
+
+	// Guarded by b.mu: the renewal loop moves them.
+	lk       *laneKeys
+	id       string
+	deadline time.Time // the last renewal sent, plus LeaseTTL, less a margin: lost after that
+}
+
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// Release gives the slot back: in Redis, then on the fallback lanes.
+func (l *lease) Release() {
+	l.once.Do(func() {
+		b := l.b
+		b.mu.Lock()
+		lk, id := l.lk, l.id
+		if lk != nil {
+			delete(b.leases, lk.tag+" "+id)
+		}
+		delete(b.fallbacks, l)
+		b.mu.Unlock()
+		if lk != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+			// A release that cannot reach Redis is left to the lease, which
+			// lapses within LeaseTTL.
+			if _, err := b.run(ctx, lk, "release", id); err != nil && !isScriptError(err) {
+				b.markDown(err)
+			}
+			cancel()
+		}
+		if l.local != nil {
+			l.local.Release()
+		}
+		b.mu.Lock()
+		occ := l.occupied
+		l.occupied = nil
+		b.mu.Unlock()
+		if occ != nil {
+			occ.Release()
+		}
+	})
+}
+
+// hold registers a slot granted in Redis.
+func (b *Backend) hold(lk *laneKeys, id string, p limiter.Priority) *lease {
+	l := &lease{b: b, class: p, lost: make(chan struct{}), lk: lk, id: id}
+	b.mu.Lock()
+	l.deadline = time.Now().Add(b.margin())
+	b.leases[lk.tag+" "+id] = l
+	b.mu.Unlock()
+	return l
+}
+
+// margin is how long after a renewal is sent its lease is surely still
+// held in Redis: LeaseTTL, less a tenth for the clocks' rates and the
+// time to act on it.
+func (b *Backend) margin() time.Duration { return b.cfg.LeaseTTL - b.cfg.LeaseTTL/10 }
+
+// loseLocked ends l: its lease could not be kept. Called with b.mu held.
+func (b *Backend) loseLocked(l *lease, why string) {
+	delete(b.leases, l.lk.tag+" "+l.id)
+	l.lose.Do(func() {
+		close(l.lost)
+		b.log.Warn("sharedlane: a slot's lease was lost: its call is stopped so that the lane's limit holds",
+			"lane", l.lk.lane, "why", why)
+	})
+}
+
+// renewLoop renews this process's leases every LeaseTTL/3, loses the slots
+// whose lease could not be kept, and brings Redis back into use when it
+// answers again.
+func (b *Backend) renewLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		if isDown, _ := b.down(); isDown {
+			b.tryRecover()
+		} else {
+			b.renew()
+		}
+		// A slot whose lease may have lapsed in Redis must stop now,
+		// whether or not Redis can be reached.
+		now := time.Now()
+		b.mu.Lock()
+		for _, l := range b.leases {
+			if now.After(l.deadline) {
+				b.loseLocked(l, "no renewal within lease_ttl")
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// renew renews every lease, lane by lane.
+func (b *Backend) renew() {
+	type item struct {
+		id string
+		l  *lease   // a held slot
+		w  *waiter  // or a queue place
+	}
+	byLane := map[*laneKeys][]item{}
+	b.mu.Lock()
+	for _, l := range b.leases {
+		byLane[l.lk] = append(byLane[l.lk], item{id: l.id, l: l})
+	}
+	for _, w := range b.waiters {
+		byLane[w.lk] = append(byLane[w.lk], item{id: w.id, w: w})
+	}
+	b.mu.Unlock()
+	for lk, items := range byLane {
+		args := make([]any, len(items))
+		for i, it := range items {
+			args[i] = it.id
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+		v, err := b.run(ctx, lk, "renew", args...)
+		cancel()
+		if err != nil {
+			if !isScriptError(err) {
+				b.markDown(err)
+			}
+			return
+		}
+		st, _ := v.([]any)
+		b.mu.Lock()
+		for i, it := range items {
+			switch {
+			case i >= len(st):
+			case it.l != nil && st[i] == "h":
+				it.l.deadline = sent.Add(b.margin())
+			case it.l != nil && st[i] == "-":
+				b.mu.Unlock()
+				b.reclaim(it.l) // Redis lost it (a restart): take it again if the lane has room
+				b.mu.Lock()
+			case it.w != nil && st[i] == "-":
+				select {
+				case <-it.w.gone:
+				default:
+					close(it.w.gone)
+				}
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// reclaim takes a slot in Redis again for l, whose lease Redis no longer
+// knows, if the lane has room for it; otherwise l is lost.
+func (b *Backend) reclaim(l *lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+	defer cancel()
+	b.mu.Lock()
+	lk, old := l.lk, l.id
+	b.mu.Unlock()
+	sent := time.Now()
+	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil || v == nil {
+		b.loseLocked(l, "the store forgot the slot and the lane is full")
+		return
+	}
+	delete(b.leases, lk.tag+" "+old)
+	l.id, l.deadline = fmt.Sprint(v), sent.Add(b.margin())
+	b.leases[lk.tag+" "+l.id] = l
+}
+
+// tryRecover pings Redis. When it answers, the slots held on the fallback
+// lanes are registered in Redis (they count against the shared limit until
+// they end); new calls go to Redis again after a grace of half a lease TTL,
+// by when every other process (pinging as often) has registered its own.
+func (b *Backend) tryRecover() {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+	defer cancel()
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		b.mu.Lock()
+		b.upAt = time.Time{}
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Lock()
+	var pending []*lease
+	for l, registered := range b.fallbacks {
+		if !registered {
+			pending = append(pending, l)
+		}
+	}
+	b.mu.Unlock()
+	for _, l := range pending {
+		lk := b.keysOf(l.laneName())
+		v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix)
+		if err != nil {
+			return // not back yet
+		}
+		b.mu.Lock()
+		_, running := b.fallbacks[l]
+		if running {
+			b.fallbacks[l] = true
+			l.lk, l.id, l.deadline = lk, fmt.Sprint(v), time.Now().Add(b.margin())
+			b.leases[lk.tag+" "+l.id] = l
+		}
+		b.mu.Unlock()
+		if !running { // it ended meanwhile
+			b.run(ctx, lk, "release", fmt.Sprint(v))
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if b.upAt.IsZero() {
+		b.upAt = now.Add(b.cfg.LeaseTTL / 2)
+		return
+	}
+	if now.Before(b.upAt) {
+		return
+	}
+	b.isDown, b.upAt = false, time.Time{}
+	b.downCh = make(chan struct{})
+	b.log.Info("sharedlane: Redis answers again: lanes are shared again")
+}
+
+// occupy takes, for each shared slot still held when Redis went down, a
+// slot of the fallback lanes if one is free, so that the fallback counts
+// the calls still running: a process then runs at most as many calls as
+// it held, or LocalMaxInflight, whichever is more.
+func (b *Backend) occupy() {
+	b.mu.Lock()
+	var held []*lease
+	for _, l := range b.leases {
+		if l.local == nil && l.occupied == nil {
+			held = append(held, l)
+		}
+	}
+	b.mu.Unlock()
+	for _, l := range held {
+		if cfg := l.lk.cfg.Load(); cfg != nil {
+			b.setLocal(*cfg)
+		}
+		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), l.class), time.Millisecond)
+		s, err := b.local.Acquire(ctx, l.lk.lane)
+		cancel()
+		if err != nil {
+			continue // the fallback lane is full: this call runs on beside it
+		}
+		b.mu.Lock()
+		if _, still := b.leases[l.lk.tag+" "+l.id]; still && l.occupied == nil {
+			l.occupied = &s
+			s = limiter.Slot{}
+		}
+		b.mu.Unlock()
+		s.Release() // the call ended meanwhile
+	}
+}
+
+func (l *lease) laneName() string { return l.local.Lane() }

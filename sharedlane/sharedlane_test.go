@@ -1,0 +1,280 @@
+package sharedlane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const lane = "https://gw/v1|protolabs/smart"
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startRedis starts a redis-server and waits out its quiet time (no grant
+// for one lease TTL after Redis starts; the tests' lease is 1 s).
+func startRedis(t *testing.T) *redistest.Server {
+	r := redistest.Start(t)
+	r.WaitUptime(time.Second)
+	return r
+}
+
+// process is one limiter on a shared backend: what one process has.
+type process struct {
+	b   *Backend
+	lim *limiter.Limiter
+}
+
+func newProcess(t *testing.T, url, name string, cfg limiter.Config, tweak ...func(*Config)) *process {
+	t.Helper()
+	c := Config{URL: url, Process: name, LeaseTTL: time.Second, PollEvery: 50 * time.Millisecond, Log: quiet}
+	for _, f := range tweak {
+		f(&c)
+	}
+	b, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(cfg, limiter.WithBackend(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return &process{b: b, lim: lim}
+}
+
+// call is an acquisition running in the background.
+type call struct {
+	slot limiter.Slot
+	err  error
+	done chan struct{}
+}
+
+func (p *process) start(ctx context.Context, prio limiter.Priority) *call {
+	c := &call{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.slot, c.err = p.lim.Acquire(limiter.WithPriority(ctx, prio), lane)
+	}()
+	return c
+}
+
+func (c *call) wait(t *testing.T) *call {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the acquisition did not end")
+	}
+	return c
+}
+
+func (c *call) ended() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// queuedGlobally waits until the lane has n waiters in Redis.
+func queuedGlobally(t *testing.T, p *process, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s := p.lim.Snapshot()
+		if len(s.Lanes) == 1 && s.Lanes[0].Queued == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never %d queued: %+v", n, s)
+		}
+	}
+}
+
+// Two processes share one lane of 2: the third call waits whichever
+// process makes it, and a release in one grants the waiter in the other.
+func TestTwoProcessesShareOneLimit(t *testing.T) {
+	r := startRedis(t)
+	cfg := limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute}
+	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
+	ctx := context.Background()
+	c1 := a.start(ctx, limiter.Default).wait(t)
+	c2 := b.start(ctx, limiter.Default).wait(t)
+	if c1.err != nil || c2.err != nil {
+		t.Fatal(c1.err, c2.err)
+	}
+	c3 := b.start(ctx, limiter.Default)
+	queuedGlobally(t, a, 1)
+	if c3.ended() {
+		t.Fatal("a third call was granted past the limit")
+	}
+	s := a.lim.Snapshot().Lanes[0]
+	if s.Inflight != 2 || s.Shared == nil || s.Shared.State != limiter.BackendOK || s.Shared.ProcessInflight != 1 ||
+		s.Shared.Holders["a"] != 1 || s.Shared.Holders["b"] != 1 {
+		t.Fatalf("snapshot %+v %+v", s, s.Shared)
+	}
+	c1.slot.Release()
+	if c3.wait(t).err != nil {
+		t.Fatal(c3.err)
+	}
+	c2.slot.Release()
+	c3.slot.Release()
+	noResidue(t, r)
+}
+
+// noResidue waits until Redis holds no key of the lanes (the meta key
+// outlives the lane by 4 leases).
+func noResidue(t *testing.T, r *redistest.Server) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		keys := r.Keys()
+		if len(keys) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis still holds %v", keys)
+		}
+	}
+}
+
+// 2. Global priority: with the lane full, bulk calls queued in process A
+// and an interactive call arriving later in B: B's call is granted first.
+func TestGlobalPriority(t *testing.T) {
+	r := startRedis(t)
+	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute, InteractiveReserve: 0}
+	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
+	ctx := context.Background()
+	held := a.start(ctx, limiter.Default).wait(t)
+	bulk1, bulk2 := a.start(ctx, limiter.Bulk), a.start(ctx, limiter.Bulk)
+	queuedGlobally(t, a, 2)
+	chat := b.start(ctx, limiter.Interactive)
+	queuedGlobally(t, a, 3)
+	held.slot.Release()
+	if chat.wait(t).err != nil {
+		t.Fatal(chat.err)
+	}
+	if bulk1.ended() || bulk2.ended() {
+		t.Fatal("a bulk call went before the interactive one")
+	}
+	chat.slot.Release()
+	first := <-firstOf(bulk1, bulk2)
+	first.slot.Release()
+	for _, c := range []*call{bulk1, bulk2} {
+		c.wait(t).slot.Release()
+	}
+	noResidue(t, r)
+}
+
+// firstOf returns the first of the calls to end.
+func firstOf(cs ...*call) <-chan *call {
+	out := make(chan *call, len(cs))
+	for _, c := range cs {
+		go func() { <-c.done; out <- c }()
+	}
+	return out
+}
+
+// 2. Aging on Redis' clock (a step of 500 ms here; 60 s by default): a
+// bulk call that has waited more than two steps
+// goes before a default call that arrived later; one that has not, does
+// not.
+func TestAgingOnRedisClock(t *testing.T) {
+	r := startRedis(t)
+	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}
+	step := func(c *Config) { c.AgingStep = 500 * time.Millisecond }
+	a, b := newProcess(t, r.URL(), "a", cfg, step), newProcess(t, r.URL(), "b", cfg, step)
+	ctx := context.Background()
+	held := a.start(ctx, limiter.Default).wait(t)
+	old := a.start(ctx, limiter.Bulk)
+	queuedGlobally(t, a, 1)
+	time.Sleep(1200 * time.Millisecond) // two steps and some: the bulk call ranks as interactive
+	late := b.start(ctx, limiter.Default)
+	queuedGlobally(t, a, 2)
+	held.slot.Release()
+	if old.wait(t).err != nil {
+		t.Fatal(old.err)
+	}
+	if late.ended() {
+		t.Fatal("the later default call went before the aged bulk call")
+	}
+	old.slot.Release()
+	late.wait(t).slot.Release()
+
+	// Without the wait, the default call goes first.
+	held = a.start(ctx, limiter.Default).wait(t)
+	young := a.start(ctx, limiter.Bulk)
+	queuedGlobally(t, a, 1)
+	def := b.start(ctx, limiter.Default)
+	queuedGlobally(t, a, 2)
+	held.slot.Release()
+	if def.wait(t).err != nil || young.ended() {
+		t.Fatal("a young bulk call went before a default one")
+	}
+	def.slot.Release()
+	young.wait(t).slot.Release()
+	noResidue(t, r)
+}
+
+// The reserve across processes: limit 3, reserve 1: two bulk calls in
+// flight (in different processes) keep a third one waiting, while an
+// interactive call is granted at once.
+func TestReserveAcrossProcesses(t *testing.T) {
+	r := startRedis(t)
+	cfg := limiter.Config{MaxInflight: 3, QueueTimeout: time.Minute, InteractiveReserve: 1}
+	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
+	ctx := context.Background()
+	x := a.start(ctx, limiter.Bulk).wait(t)
+	y := b.start(ctx, limiter.Bulk).wait(t)
+	z := a.start(ctx, limiter.Bulk)
+	queuedGlobally(t, a, 1)
+	chat := b.start(ctx, limiter.Interactive).wait(t)
+	if chat.err != nil || z.ended() {
+		t.Fatalf("interactive %v, third bulk ended %v", chat.err, z.ended())
+	}
+	x.slot.Release()
+	z.wait(t).slot.Release()
+	y.slot.Release()
+	chat.slot.Release()
+	noResidue(t, r)
+}
+
+// A queue timeout is a *QueueTimeoutError and leaves nothing queued; a
+// canceled wait returns the context's error and leaves nothing either.
+func TestTimeoutAndCancelLeaveNothing(t *testing.T) {
+	r := startRedis(t)
+	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: 300 * time.Millisecond}
+	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
+	held := a.start(context.Background(), limiter.Default).wait(t)
+	late := b.start(context.Background(), limiter.Default).wait(t)
+	var qe *limiter.QueueTimeoutError
+	if !errors.As(late.err, &qe) || qe.Lane != lane || qe.Waited < 300*time.Millisecond {
+		t.Fatalf("err %v", late.err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := b.start(ctx, limiter.Default)
+	queuedGlobally(t, a, 1)
+	cancel()
+	if !errors.Is(gone.wait(t).err, context.Canceled) {
+		t.Fatalf("err %v", gone.err)
+	}
+	queuedGlobally(t, a, 0)
+	held.slot.Release()
+	s := a.lim.Snapshot().Lanes[0]
+	if s.Inflight != 0 || s.Queued != 0 || s.QueueTimeouts5m != 0 {
+		t.Fatalf("a: %+v", s)
+	}
+	if s := b.lim.Snapshot().Lanes[0]; s.QueueTimeouts5m != 1 {
+		t.Fatalf("b counts %d queue timeouts", s.QueueTimeouts5m)
+	}
+	noResidue(t, r)
+}
