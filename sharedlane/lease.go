@@ -19,9 +19,9 @@ type lease struct {
 	// occupied is a fallback slot taken for this shared slot while Redis
 	// is down, so that the fallback lanes count the calls still running.
 	occupied *limiter.Slot
-	lost  chan struct{}
-	once  sync.Once // Release
-	lose  sync.Once // closing lost
+	lost     chan struct{}
+	once     sync.Once // Release
+	lose     sync.Once // closing lost
 
 	// Guarded by b.mu: the renewal loop moves them.
 	lk       *laneKeys
@@ -124,8 +124,8 @@ func (b *Backend) renewLoop() {
 func (b *Backend) renew() {
 	type item struct {
 		id string
-		l  *lease   // a held slot
-		w  *waiter  // or a queue place
+		l  *lease  // a held slot
+		w  *waiter // or a queue place
 	}
 	byLane := map[*laneKeys][]item{}
 	b.mu.Lock()
