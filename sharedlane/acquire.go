@@ -16,6 +16,11 @@ type waiter struct {
 	id   string
 	wake chan struct{} // a grant message named it
 	gone chan struct{} // the renewal loop found its place gone (Redis lost it)
+	// renewed is when the last renewal of its lease that Redis took was
+	// sent (the acquire, at first). A grant keeps the place's lease, so
+	// the slot's lease is sure until renewed plus the margin. Guarded by
+	// b.mu.
+	renewed time.Time
 }
 
 // Acquire waits for a slot of lane r.Lane in Redis (see limiter.Backend).
@@ -44,6 +49,7 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		if ra := r.Arrival; ra.IsZero() {
 			age = 0
 		}
+		sent := time.Now()
 		v, err := b.run(ctx, lk, "acquire", int(r.Priority.Index()), age, b.cfg.Process, r.Lane, b.suffix)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -61,14 +67,14 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		}
 		id := fmt.Sprint(res[1])
 		if res[0] == "granted" {
-			return b.hold(lk, id, r.Priority), nil
+			return b.hold(lk, id, r.Priority, sent), nil
 		}
 		if !queued && r.Queued != nil {
 			queued = true
 			pos, _ := strconv.Atoi(fmt.Sprint(res[2]))
 			r.Queued(pos)
 		}
-		l, err, again := b.wait(ctx, r, lk, id, deadline)
+		l, err, again := b.wait(ctx, r, lk, id, deadline, sent)
 		if !again {
 			return l, err
 		}
@@ -78,8 +84,8 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 // wait waits for the grant of waiter id. again asks Acquire to queue the
 // call anew (same arrival: same place in the order), because Redis lost
 // its place (a restart) or went down.
-func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id string, deadline time.Time) (l limiter.Lease, err error, again bool) {
-	w := &waiter{lk: lk, id: id, wake: make(chan struct{}, 1), gone: make(chan struct{})}
+func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id string, deadline, sent time.Time) (l limiter.Lease, err error, again bool) {
+	w := &waiter{lk: lk, id: id, wake: make(chan struct{}, 1), gone: make(chan struct{}), renewed: sent}
 	b.mu.Lock()
 	b.waiters[lk.tag+" "+id] = w
 	_, downCh := b.isDown, b.downCh
@@ -99,14 +105,14 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 		v, err := b.run(ctx, lk, "take", id)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return b.leave(r, lk, id, ctx.Err())
+			return b.leave(r, w, ctx.Err())
 		case err != nil && isScriptError(err):
 			return nil, fmt.Errorf("sharedlane: %w", err), false, true
 		case err != nil:
 			b.markDown(err)
 			return nil, nil, true, true
 		case v == "granted":
-			return b.hold(lk, id, r.Priority), nil, false, true
+			return b.hold(lk, id, r.Priority, b.renewedAt(w)), nil, false, true
 		case v == "gone":
 			return nil, nil, true, true
 		}
@@ -124,10 +130,10 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 		case <-downCh:
 			return nil, nil, true
 		case <-timer.C:
-			l, err, again, _ := b.leave(r, lk, id, limiter.ErrQueueTimeout)
+			l, err, again, _ := b.leave(r, w, limiter.ErrQueueTimeout)
 			return l, err, again
 		case <-ctx.Done():
-			l, err, again, _ := b.leave(r, lk, id, ctx.Err())
+			l, err, again, _ := b.leave(r, w, ctx.Err())
 			return l, err, again
 		}
 		if l, err, again, done := take(); done {
@@ -140,10 +146,10 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 // or the caller's context). A grant that won the race stands for a queue
 // timeout, as in an in-process lane; for a canceled caller it is given
 // back.
-func (b *Backend) leave(r limiter.Request, lk *laneKeys, id string, why error) (limiter.Lease, error, bool, bool) {
+func (b *Backend) leave(r limiter.Request, w *waiter, why error) (limiter.Lease, error, bool, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
 	defer cancel()
-	v, err := b.run(ctx, lk, "cancel", id)
+	v, err := b.run(ctx, w.lk, "cancel", w.id)
 	if err != nil {
 		// The place will lapse with its lease; nothing more to do here.
 		if !isScriptError(err) {
@@ -152,7 +158,7 @@ func (b *Backend) leave(r limiter.Request, lk *laneKeys, id string, why error) (
 		return nil, why, false, true
 	}
 	if v == "granted" {
-		l := b.hold(lk, id, r.Priority)
+		l := b.hold(w.lk, w.id, r.Priority, b.renewedAt(w))
 		if errors.Is(why, limiter.ErrQueueTimeout) {
 			return l, nil, false, true
 		}
@@ -195,4 +201,10 @@ func (b *Backend) setLocal(lane limiter.Config) {
 	if b.local.Config() != want {
 		b.local.SetConfig(want)
 	}
+}
+
+func (b *Backend) renewedAt(w *waiter) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return w.renewed
 }

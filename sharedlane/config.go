@@ -39,7 +39,8 @@ type Config struct {
 	// shorten it.
 	AgingStep time.Duration
 	// PollEvery is how often a waiter checks its place in case a grant's
-	// message was lost. Default 1 s.
+	// message was lost; each check also frees the slots of lapsed leases.
+	// Default 1 s, or LeaseTTL/3 if that is shorter.
 	PollEvery time.Duration
 	// Log receives the changes of state (Redis down, back, a slot lost).
 	// Default slog.Default().
@@ -82,7 +83,7 @@ func (c Config) withDefaults() Config {
 		c.AgingStep = DefaultAgingStep
 	}
 	if c.PollEvery == 0 {
-		c.PollEvery = DefaultPollEvery
+		c.PollEvery = min(DefaultPollEvery, c.LeaseTTL/3)
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()

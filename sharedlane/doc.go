@@ -11,7 +11,9 @@
 // or grant anything: a caller sends only how long ago its call logically
 // arrived. A held slot and a queue place are leases that expire after
 // LeaseTTL unless their process renews them (every LeaseTTL/3): a process
-// killed with SIGKILL frees its slots and places within one LeaseTTL. A
+// killed with SIGKILL frees its slots and places within one LeaseTTL (and
+// the next look at the lane by anyone: every waiter looks at least every
+// PollEvery). A
 // process that cannot renew a held slot's lease for LeaseTTL (Redis
 // unreachable, or it was partitioned) closes the slot's Lost channel
 // before the lease can lapse in Redis, and lanehttp.Transport stops the

@@ -90,8 +90,8 @@ local function before(a, b)
   return a.id < b.id
 end
 
-local function hold(id, c, proc)
-  redis.call('ZADD', H, now + ttl, id)
+local function hold(id, c, proc, expiry)
+  redis.call('ZADD', H, expiry or (now + ttl), id)
   redis.call('HSET', HC, id, c .. '|' .. proc)
 end
 
@@ -114,8 +114,11 @@ local function dispatch()
     end
     local v = redis.call('HGET', QC, best.id)
     local proc = string.match(v, '^[^|]*|[^|]*|[^|]*|(.*)$')
+    -- The slot keeps the place's lease: a dead process's place granted
+    -- just before it lapses lapses as a slot just as soon.
+    local expiry = tonumber(redis.call('ZSCORE', QX, best.id))
     unqueue(best.id)
-    hold(best.id, best.c, proc)
+    hold(best.id, best.c, proc, expiry)
     redis.call('HSET', G, best.id, now)
     n = n + 1
     if best.c ~= 0 then others = others + 1 end

@@ -64,11 +64,12 @@ func (l *lease) Release() {
 	})
 }
 
-// hold registers a slot granted in Redis.
-func (b *Backend) hold(lk *laneKeys, id string, p limiter.Priority) *lease {
+// hold registers a slot granted in Redis, whose lease was last renewed by
+// a call sent at renewed.
+func (b *Backend) hold(lk *laneKeys, id string, p limiter.Priority, renewed time.Time) *lease {
 	l := &lease{b: b, class: p, lost: make(chan struct{}), lk: lk, id: id}
 	b.mu.Lock()
-	l.deadline = time.Now().Add(b.margin())
+	l.deadline = renewed.Add(b.margin())
 	b.leases[lk.tag+" "+id] = l
 	b.mu.Unlock()
 	return l
@@ -162,6 +163,8 @@ func (b *Backend) renew() {
 				b.mu.Unlock()
 				b.reclaim(it.l) // Redis lost it (a restart): take it again if the lane has room
 				b.mu.Lock()
+			case it.w != nil && (st[i] == "q" || st[i] == "h"):
+				it.w.renewed = sent
 			case it.w != nil && st[i] == "-":
 				select {
 				case <-it.w.gone:

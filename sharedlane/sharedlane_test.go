@@ -2,6 +2,8 @@ package sharedlane
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,7 +16,19 @@ import (
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 const lane = "https://gw/v1|protolabs/smart"
 

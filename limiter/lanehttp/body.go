@@ -151,12 +151,14 @@ func (x *exchange) finish(o limiter.Outcome) {
 	if x.stallTimer != nil {
 		x.stallTimer.Stop()
 	}
+	// The upstream request is ended before its slot is given back, so
+	// that the gateway hears of the end before the next call can reach it.
+	x.cancel()
 	x.slot.Release()
 	if x.over != nil {
 		close(x.over)
 	}
 	x.mu.Unlock()
-	x.cancel()
 	now := x.clock.Now()
 	x.attempt.end(now, o == limiter.OutcomeOK)
 	x.t.Limiter.RecordExchange(x.ctx, x.lane, limiter.Exchange{

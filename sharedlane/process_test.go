@@ -1,0 +1,367 @@
+package sharedlane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+)
+
+// The binary of lanes-exporter, built once for the tests that run it as
+// separate processes.
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+func exporterBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "lanes-exporter-"); binErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "lanes-exporter"), "../cmd/lanes-exporter").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "lanes-exporter")
+}
+
+// gateway is the simulator, counting the requests it is working on (until
+// each ends or its client goes), with a peak that a test can read and
+// reset between phases.
+type gateway struct {
+	*httptest.Server
+	sim    *gatewaysim.Gateway
+	mu     sync.Mutex
+	active int
+	peak   int
+	served int
+}
+
+func newGateway(t *testing.T, cfg gatewaysim.Config) *gateway {
+	g := &gateway{sim: gatewaysim.New(cfg)}
+	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.active++
+		g.served++
+		g.peak = max(g.peak, g.active)
+		g.mu.Unlock()
+		var once sync.Once
+		end := func() { once.Do(func() { g.mu.Lock(); g.active--; g.mu.Unlock() }) }
+		stop := context.AfterFunc(r.Context(), end) // the client went: no longer the gateway's work
+		defer stop()
+		defer end()
+		g.sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { g.sim.Close(); g.Close() })
+	return g
+}
+
+// Peak returns the most requests in progress at once since the last call.
+func (g *gateway) Peak() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.peak
+	g.peak = g.active
+	return p
+}
+
+func (g *gateway) Served() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.served
+}
+
+// exporterProc is a lanes-exporter process.
+type exporterProc struct {
+	cmd  *exec.Cmd
+	addr string
+	out  *bytes.Buffer
+	mu   *sync.Mutex
+}
+
+// startExporter runs lanes-exporter with a lane of limit in front of gw,
+// shared in Redis at redisURL as process name.
+func startExporter(t *testing.T, gw, redisURL, name string, limit int, shared string) *exporterProc {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg := fmt.Sprintf(`listen: %s
+limiter: {max_inflight: %d, queue_timeout: 5s, interactive_reserve: 1}
+upstreams: [{name: gw, base_url: "%s/v1"}]
+shared: {redis_url: "%s", lease_ttl: 1s, process: %s%s}
+`, addr, limit, gw, redisURL, name, shared)
+	file := filepath.Join(t.TempDir(), "lanes.yaml")
+	os.WriteFile(file, []byte(cfg), 0o644)
+	p := &exporterProc{addr: addr, out: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	p.cmd = exec.Command(exporterBinary(t), "--config", file, "--log.level", "debug")
+	w := &lockedWriter{mu: p.mu, w: p.out}
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			p.mu.Lock()
+			t.Logf("%s's log:\n%s", name, p.out.String())
+			p.mu.Unlock()
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if res, err := http.Get("http://" + addr + "/-/ready"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			t.Fatalf("%s never ready:\n%s", name, p.out.String())
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// outcome of one proxied call.
+type outcome string
+
+const (
+	completed   outcome = "completed"
+	timedOut    outcome = "queue timeout"
+	canceled    outcome = "canceled"
+	unavailable outcome = "unavailable"
+)
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+// proxied makes one streamed call through p with class prio; it is
+// canceled after cancelAfter if that is above 0.
+func (p *exporterProc) call(prio string, cancelAfter time.Duration) (outcome, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if cancelAfter > 0 {
+		time.AfterFunc(cancelAfter, cancel)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.addr+"/proxy/gw/chat/completions",
+		strings.NewReader(`{"model":"protolabs/smart","stream":true}`))
+	req.Header.Set("X-LLM-Priority", prio)
+	res, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return canceled, nil
+		}
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	switch {
+	case ctx.Err() != nil:
+		return canceled, nil
+	case err != nil:
+		return "", err
+	case res.StatusCode == 200 && bytes.Contains(b, []byte("[DONE]")):
+		return completed, nil
+	case res.StatusCode == 503 && bytes.Contains(b, []byte("lane_queue_timeout")):
+		return timedOut, nil
+	case res.StatusCode == 503 && bytes.Contains(b, []byte("lane_unavailable")):
+		return unavailable, nil
+	}
+	return "", fmt.Errorf("status %d: %s", res.StatusCode, b)
+}
+
+// snapshot reads p's snapshot.
+func (p *exporterProc) snapshot(t *testing.T) map[string]any {
+	res, err := http.Get("http://" + p.addr + "/api/telemetry/llm-lanes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var s struct{ Lanes []map[string]any }
+	json.NewDecoder(res.Body).Decode(&s)
+	if len(s.Lanes) == 0 {
+		return nil
+	}
+	return s.Lanes[0]
+}
+
+// 1. Three lanes-exporter processes share one lane of 4 in front of the
+// simulator: under 1,000 randomized calls (mixed classes, 20 % canceled at
+// a random moment) the gateway never works on more than 4 at once, every
+// call ends completed, timed out in the queue or canceled, and Redis keeps
+// nothing once they are over.
+func TestThreeProcessesOneLane(t *testing.T) {
+	r := startRedis(t)
+	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 2 * time.Millisecond, Tokens: 10,
+		FirstTokenDelay: time.Millisecond, PropagateDisconnect: true, Seed: 1})
+	var procs []*exporterProc
+	for _, name := range []string{"p1", "p2", "p3"} {
+		procs = append(procs, startExporter(t, gw.URL, r.URL(), name, 4, ""))
+	}
+	r.WaitUptime(2 * time.Second)
+	rng := rand.New(rand.NewPCG(7, 7))
+	type job struct {
+		p      *exporterProc
+		prio   string
+		cancel time.Duration
+	}
+	jobs := make(chan job, 1000)
+	for range 1000 {
+		j := job{p: procs[rng.IntN(3)], prio: []string{"interactive", "default", "bulk"}[rng.IntN(3)]}
+		if rng.Float64() < 0.2 {
+			j.cancel = time.Duration(1+rng.IntN(60)) * time.Millisecond
+		}
+		jobs <- j
+	}
+	close(jobs)
+	var mu sync.Mutex
+	count := map[outcome]int{}
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				o, err := j.p.call(j.prio, j.cancel)
+				if err != nil {
+					t.Errorf("a call failed: %v", err)
+				}
+				mu.Lock()
+				count[o]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("outcomes %v; the gateway served %d; peak %d", count, gw.Served(), gw.Peak())
+	if n := count[completed] + count[timedOut] + count[canceled]; n != 1000 || count[completed] < 500 {
+		t.Fatalf("outcomes %v", count)
+	}
+	gw.mu.Lock()
+	peak := gw.peak
+	gw.mu.Unlock()
+	if peak > 4 {
+		t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", peak)
+	}
+	for _, p := range procs {
+		if s := p.snapshot(t); s["inflight"] != float64(0) || s["queued"] != float64(0) {
+			t.Fatalf("left in the lane: %v", s)
+		}
+	}
+	noResidue(t, r)
+}
+
+// 3. A process killed with SIGKILL while it holds 2 slots and 3 queue
+// places: within the lease TTL its slots are free and the other process's
+// waiting calls go on.
+func TestKilledProcessFreesItsSlots(t *testing.T) {
+	r := startRedis(t)
+	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 30 * time.Millisecond, Tokens: 100, PropagateDisconnect: true})
+	a := startExporter(t, gw.URL, r.URL(), "a", 4, "")
+	b := startExporter(t, gw.URL, r.URL(), "b", 4, "")
+	r.WaitUptime(2 * time.Second)
+	var wg sync.WaitGroup
+	results := make(chan outcome, 16)
+	call := func(p *exporterProc, prio string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, _ := p.call(prio, 0)
+			results <- o
+		}()
+	}
+	waitFor := func(what string, ok func(map[string]any) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if s := b.snapshot(t); s != nil && ok(s) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never %s: %v", what, b.snapshot(t))
+			}
+		}
+	}
+	holders := func(s map[string]any) map[string]any {
+		sh, _ := s["shared"].(map[string]any)
+		h, _ := sh["holders"].(map[string]any)
+		return h
+	}
+	// The lane is 4 with 1 reserved: b's first two are interactive, so
+	// that the defaults may hold the other slots.
+	call(a, "default")
+	call(a, "default")
+	call(b, "interactive")
+	call(b, "interactive")
+	waitFor("4 in flight", func(s map[string]any) bool { return s["inflight"] == float64(4) })
+	for range 3 {
+		call(a, "default")
+	}
+	waitFor("a's 3 queued", func(s map[string]any) bool { return s["queued"] == float64(3) })
+	call(b, "default")
+	call(b, "default")
+	waitFor("b's 2 queued too", func(s map[string]any) bool { return s["queued"] == float64(5) })
+	if h := holders(b.snapshot(t)); h["a"] != float64(2) || h["b"] != float64(2) {
+		t.Fatalf("holders %v", h)
+	}
+	killed := time.Now()
+	a.cmd.Process.Kill()
+	waitFor("a's slots and places freed, b's waiters granted", func(s map[string]any) bool {
+		h := holders(s)
+		return h["a"] == nil && h["b"] == float64(4) && s["queued"] == float64(0)
+	})
+	freed := time.Since(killed)
+	t.Logf("a's 2 slots and 3 places were free %s after SIGKILL (lease_ttl 1s)", freed.Round(time.Millisecond))
+	// Within the lease (1 s), plus the waiters' poll (a third of it) that
+	// frees them, plus this test's polling.
+	if freed > 1800*time.Millisecond {
+		t.Fatalf("freed after %s", freed)
+	}
+	wg.Wait()
+	if p := gw.Peak(); p > 4 {
+		t.Fatalf("the gateway worked on %d at once", p)
+	}
+}
