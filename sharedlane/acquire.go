@@ -41,7 +41,11 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 	queued := false
 	for {
 		if isDown, _ := b.down(); isDown {
-			return b.fallback(ctx, r, deadline)
+			l, err := b.fallback(ctx, r, deadline)
+			if err == errBackUp {
+				continue
+			}
+			return l, err
 		}
 		// Only a duration crosses to Redis: its clock, not this host's,
 		// places the arrival.
@@ -167,21 +171,47 @@ func (b *Backend) leave(r limiter.Request, w *waiter, why error) (limiter.Lease,
 	return nil, why, false, true
 }
 
+// errBackUp sends a call waiting on the fallback lanes back to Redis.
+var errBackUp = errors.New("sharedlane: Redis is back")
+
 // fallback serves r on this process's own lanes, or refuses it, while
-// Redis is down.
+// Redis is down. A call still waiting there when Redis is used again goes
+// back to Redis (errBackUp), keeping its arrival.
 func (b *Backend) fallback(ctx context.Context, r limiter.Request, deadline time.Time) (limiter.Lease, error) {
 	if b.local == nil {
 		return nil, fmt.Errorf("sharedlane: lane %q: %w (on_redis_down: closed)", r.Lane, limiter.ErrLaneUnavailable)
+	}
+	b.mu.Lock()
+	isDown, upCh := b.isDown, b.upCh
+	b.mu.Unlock()
+	if !isDown {
+		return nil, errBackUp
 	}
 	b.setLocal(r.Config)
 	// What is left of the call's queue timeout bounds its wait here.
 	lctx, cancel := context.WithDeadline(limiter.WithPriority(ctx, r.Priority), deadline)
 	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-upCh:
+			cancel()
+		case <-stop:
+		}
+	}()
 	if !r.Arrival.IsZero() {
 		lctx = limiter.WithArrival(lctx, r.Arrival)
 	}
 	s, err := b.local.Acquire(lctx, r.Lane)
 	if err != nil {
+		select {
+		case <-upCh:
+			if ctx.Err() == nil && time.Now().Before(deadline) {
+				return nil, errBackUp
+			}
+		default:
+		}
 		if errors.Is(err, limiter.ErrQueueTimeout) || (ctx.Err() == nil && lctx.Err() != nil) {
 			return nil, limiter.ErrQueueTimeout
 		}
@@ -189,8 +219,21 @@ func (b *Backend) fallback(ctx context.Context, r limiter.Request, deadline time
 	}
 	l := &lease{b: b, local: &s, class: r.Priority, lost: make(chan struct{})}
 	b.mu.Lock()
+	if !b.isDown { // granted here just as Redis came back: ask Redis instead
+		b.mu.Unlock()
+		s.Release()
+		return nil, errBackUp
+	}
 	b.fallbacks[l] = false
+	answering := !b.upAt.IsZero()
 	b.mu.Unlock()
+	if answering {
+		// Redis answers again (the grace before it is used): count this
+		// call there now.
+		rctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+		b.register(rctx, l)
+		cancel()
+	}
 	return l, nil
 }
 

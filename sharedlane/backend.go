@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ var laneLua string
 // last call.
 type Backend struct {
 	cfg     Config
+	url     *url.URL // for redacting its password from errors
 	rdb     redis.UniversalClient
 	script  *redis.Script
 	channel string
@@ -48,6 +50,7 @@ type Backend struct {
 	fallbacks map[*lease]bool    // slots held on the fallback lanes, registered in Redis or not
 	isDown    bool
 	downCh    chan struct{} // closed when Redis goes down; a new one once it is back
+	upCh      chan struct{} // closed when Redis is used again; a new one when it goes down
 	upAt      time.Time     // when a Redis that answers again is used again
 }
 
@@ -76,9 +79,10 @@ func New(cfg Config) (*Backend, error) {
 	}
 	var suffix [4]byte
 	rand.Read(suffix[:])
-	b := &Backend{cfg: cfg, rdb: rdb, script: redis.NewScript(laneLua), channel: cfg.KeyPrefix + ":grants",
+	u, _ := url.Parse(cfg.URL)
+	b := &Backend{cfg: cfg, url: u, rdb: rdb, script: redis.NewScript(laneLua), channel: cfg.KeyPrefix + ":grants",
 		suffix: hex.EncodeToString(suffix[:]), log: cfg.Log, stop: make(chan struct{}),
-		waiters: map[string]*waiter{}, leases: map[string]*lease{}, fallbacks: map[*lease]bool{}, downCh: make(chan struct{})}
+		waiters: map[string]*waiter{}, leases: map[string]*lease{}, fallbacks: map[*lease]bool{}, downCh: make(chan struct{}), upCh: make(chan struct{})}
 	if cfg.OnRedisDown == OnDownLocal {
 		// Its settings come with each call (see fallback); these are placeholders.
 		b.local, _ = limiter.New(limiter.Config{MaxInflight: cfg.LocalMaxInflight})
@@ -178,11 +182,12 @@ func (b *Backend) markDown(err error) {
 	}
 	b.isDown = true
 	close(b.downCh)
+	b.upCh = make(chan struct{})
 	if b.local != nil {
 		go b.occupy()
 	}
 	b.log.Warn("sharedlane: Redis is unreachable: lanes fall back", "mode", b.cfg.OnRedisDown,
-		"local_max_inflight", b.cfg.LocalMaxInflight, "err", redactErr(err, nil))
+		"local_max_inflight", b.cfg.LocalMaxInflight, "err", redactErr(err, b.url))
 }
 
 // Lanes reports the lanes' global state (see limiter.Backend).

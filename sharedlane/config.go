@@ -174,7 +174,7 @@ func Redact(raw string) string {
 
 func redactErr(err error, u *url.URL) string {
 	s := err.Error()
-	if u.User != nil {
+	if u != nil && u.User != nil {
 		if p, ok := u.User.Password(); ok && p != "" {
 			s = strings.ReplaceAll(s, p, "xxxxx")
 		}

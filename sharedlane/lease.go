@@ -187,6 +187,10 @@ func (b *Backend) reclaim(l *lease) {
 	b.mu.Unlock()
 	sent := time.Now()
 	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix)
+	if err != nil && !isScriptError(err) {
+		b.markDown(err) // the deadline decides, as for any lease not renewed
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil || v == nil {
@@ -200,8 +204,9 @@ func (b *Backend) reclaim(l *lease) {
 
 // tryRecover pings Redis. When it answers, the slots held on the fallback
 // lanes are registered in Redis (they count against the shared limit until
-// they end); new calls go to Redis again after a grace of half a lease TTL,
-// by when every other process (pinging as often) has registered its own.
+// they end), and so is every fallback slot granted from then on; new calls
+// go to Redis again after a grace of half a lease TTL, by when every other
+// process (pinging as often) has registered its own.
 func (b *Backend) tryRecover() {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
 	defer cancel()
@@ -212,6 +217,31 @@ func (b *Backend) tryRecover() {
 		return
 	}
 	b.mu.Lock()
+	if b.upAt.IsZero() {
+		b.upAt = time.Now().Add(b.cfg.LeaseTTL / 2)
+	}
+	b.mu.Unlock()
+	if !b.registerFallbacks(ctx) {
+		return
+	}
+	b.mu.Lock()
+	flip := !time.Now().Before(b.upAt)
+	if flip {
+		b.isDown, b.upAt = false, time.Time{}
+		b.downCh = make(chan struct{})
+		close(b.upCh) // the fallback's waiters go to Redis
+	}
+	b.mu.Unlock()
+	if flip {
+		b.registerFallbacks(ctx) // any granted meanwhile
+		b.log.Info("sharedlane: Redis answers again: lanes are shared again")
+	}
+}
+
+// registerFallbacks registers in Redis every fallback slot not registered
+// yet; false if Redis failed meanwhile.
+func (b *Backend) registerFallbacks(ctx context.Context) bool {
+	b.mu.Lock()
 	var pending []*lease
 	for l, registered := range b.fallbacks {
 		if !registered {
@@ -220,36 +250,34 @@ func (b *Backend) tryRecover() {
 	}
 	b.mu.Unlock()
 	for _, l := range pending {
-		lk := b.keysOf(l.laneName())
-		v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix)
-		if err != nil {
-			return // not back yet
+		if !b.register(ctx, l) {
+			return false
 		}
-		b.mu.Lock()
-		_, running := b.fallbacks[l]
-		if running {
-			b.fallbacks[l] = true
-			l.lk, l.id, l.deadline = lk, fmt.Sprint(v), time.Now().Add(b.margin())
-			b.leases[lk.tag+" "+l.id] = l
-		}
-		b.mu.Unlock()
-		if !running { // it ended meanwhile
-			b.run(ctx, lk, "release", fmt.Sprint(v))
-		}
+	}
+	return true
+}
+
+// register takes a slot in Redis, by force, for the fallback slot l: a
+// call already running counts against the shared limit until it ends.
+func (b *Backend) register(ctx context.Context, l *lease) bool {
+	lk := b.keysOf(l.laneName())
+	sent := time.Now()
+	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix)
+	if err != nil {
+		return false
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	if b.upAt.IsZero() {
-		b.upAt = now.Add(b.cfg.LeaseTTL / 2)
-		return
+	registered, running := b.fallbacks[l]
+	if running && !registered {
+		b.fallbacks[l] = true
+		l.lk, l.id, l.deadline = lk, fmt.Sprint(v), sent.Add(b.margin())
+		b.leases[lk.tag+" "+l.id] = l
 	}
-	if now.Before(b.upAt) {
-		return
+	b.mu.Unlock()
+	if !running || registered { // it ended meanwhile, or another registered it
+		b.run(ctx, lk, "release", fmt.Sprint(v))
 	}
-	b.isDown, b.upAt = false, time.Time{}
-	b.downCh = make(chan struct{})
-	b.log.Info("sharedlane: Redis answers again: lanes are shared again")
+	return true
 }
 
 // occupy takes, for each shared slot still held when Redis went down, a

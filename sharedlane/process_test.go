@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+	"github.com/llmlanes/llmlanes/internal/redistest"
 )
 
 // The binary of lanes-exporter, built once for the tests that run it as
@@ -364,4 +365,172 @@ func TestKilledProcessFreesItsSlots(t *testing.T) {
 	if p := gw.Peak(); p > 4 {
 		t.Fatalf("the gateway worked on %d at once", p)
 	}
+}
+
+// load runs calls through the processes from n clients until stop is
+// closed, and counts the outcomes.
+type load struct {
+	mu    sync.Mutex
+	count map[outcome]int
+	errs  []error
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startLoad(procs []*exporterProc, n int) *load {
+	l := &load{count: map[outcome]int{}, stop: make(chan struct{})}
+	for i := range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				o, err := procs[(i+k)%len(procs)].call([]string{"interactive", "default", "bulk"}[(i+k)%3], 0)
+				l.mu.Lock()
+				if err != nil {
+					l.errs = append(l.errs, err)
+				} else {
+					l.count[o]++
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) end() (map[outcome]int, []error) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.count, l.errs
+}
+
+// metric returns the value of the first sample of name on p's /metrics.
+func (p *exporterProc) metric(t *testing.T, name string) string {
+	res, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			return line[strings.LastIndexByte(line, ' ')+1:]
+		}
+	}
+	return ""
+}
+
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never %s", what)
+		}
+	}
+}
+
+// 4. Redis unreachable (the connection cut and refused by a TCP proxy),
+// then restarted empty, under load from three processes. With "closed" the
+// gateway never works on more than the lane's 4 and calls are refused with
+// 503 lane_unavailable while Redis is away; with "local" each process runs
+// its own lane of local_max_inflight meanwhile. Either way the state shows
+// in metrics, and once Redis is back nothing is granted twice: the gateway
+// again never works on more than 4.
+func TestRedisDown(t *testing.T) {
+	for _, mode := range []string{"closed", "local"} {
+		t.Run(mode, func(t *testing.T) { redisDown(t, mode) })
+	}
+}
+
+func redisDown(t *testing.T, mode string) {
+	r := startRedis(t)
+	proxy := redistest.NewProxy(t, r.Addr())
+	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 2 * time.Millisecond, Tokens: 10, PropagateDisconnect: true})
+	var procs []*exporterProc
+	for _, name := range []string{"p1", "p2", "p3"} {
+		procs = append(procs, startExporter(t, gw.URL, "redis://"+proxy.Addr(), name, 4,
+			fmt.Sprintf(", on_redis_down: %s, local_max_inflight: 1", mode)))
+	}
+	r.WaitUptime(2 * time.Second)
+	up := func(want string) func() bool {
+		return func() bool {
+			for _, p := range procs {
+				if p.metric(t, "llmlanes_llm_shared_up") != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	l := startLoad(procs, 12)
+	time.Sleep(1500 * time.Millisecond)
+	if p := gw.Peak(); p > 4 || p == 0 {
+		t.Fatalf("before the cut: peak %d", p)
+	}
+
+	proxy.Block()
+	eventually(t, "shared_up 0 on every process", up("0"))
+	time.Sleep(time.Second)
+	// While Redis is away: closed refuses, so the bound holds; local runs
+	// one call per process, beside the shared calls still running when
+	// Redis went (their leases keep them at most lease_ttl).
+	outage := gw.Peak()
+	t.Logf("%s: peak while Redis was away: %d", mode, outage)
+	if mode == "closed" && outage > 4 {
+		t.Fatalf("closed: the gateway worked on %d at once while Redis was away", outage)
+	}
+	if mode == "local" && outage > 4+3 {
+		t.Fatalf("local: %d at once while Redis was away; the bound is the limit plus each process's fallback", outage)
+	}
+	if c := classifyReasons(t, procs[0]); !strings.Contains(c, "shared_store_down") {
+		t.Fatalf("classification while Redis is away: %s", c)
+	}
+
+	proxy.Unblock()
+	eventually(t, "shared_up 1 on every process", up("1"))
+	gw.Peak()
+	time.Sleep(1500 * time.Millisecond)
+	if p := gw.Peak(); p > 4 {
+		t.Fatalf("after Redis came back: the gateway worked on %d at once", p)
+	}
+
+	// Redis restarts, empty: running calls re-register during its quiet
+	// time, so no slot is granted twice.
+	gw.Peak()
+	r.Restart()
+	time.Sleep(3 * time.Second)
+	eventually(t, "shared_up 1 after the restart", up("1"))
+	after := gw.Peak()
+	if mode == "closed" && after > 4 {
+		t.Fatalf("closed: the gateway worked on %d at once across the restart", after)
+	}
+	gw.Peak()
+	time.Sleep(1500 * time.Millisecond)
+	if p := gw.Peak(); p > 4 {
+		t.Fatalf("after the restart: the gateway worked on %d at once", p)
+	}
+	count, errs := l.end()
+	t.Logf("%s: outcomes %v; peak across the restart %d", mode, count, after)
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed otherwise: %v", len(errs), errs[0])
+	}
+	if count[completed] == 0 || (mode == "closed" && count[unavailable] == 0) || (mode == "local" && count[unavailable] != 0) {
+		t.Fatalf("outcomes %v", count)
+	}
+	noResidue(t, r)
+}
+
+func classifyReasons(t *testing.T, p *exporterProc) string {
+	res, err := http.Get("http://" + p.addr + "/api/telemetry/llm-lanes/classification")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
 }

@@ -2,11 +2,11 @@ package sharedlane
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
