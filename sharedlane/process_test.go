@@ -48,35 +48,64 @@ func exporterBinary(t *testing.T) string {
 	return filepath.Join(binDir, "lanes-exporter")
 }
 
-// gateway is the simulator, counting the requests it is working on (until
-// each ends or its client goes), with a peak that a test can read and
-// reset between phases.
+// gateway is the simulator, counting the requests it is working on, with
+// a peak that a test can read and reset between phases. A request counts
+// until it ends or its client closes the connection: the count looks at
+// the sockets themselves (a peek for the client's FIN) whenever a request
+// arrives, so it does not depend on how soon the server's goroutines
+// notice a disconnect on a loaded machine.
 type gateway struct {
 	*httptest.Server
 	sim    *gatewaysim.Gateway
 	mu     sync.Mutex
-	active int
+	live   map[*http.Request]net.Conn
 	peak   int
 	served int
 }
 
+type connKey struct{}
+
 func newGateway(t *testing.T, cfg gatewaysim.Config) *gateway {
-	g := &gateway{sim: gatewaysim.New(cfg)}
-	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g := &gateway{sim: gatewaysim.New(cfg), live: map[*http.Request]net.Conn{}}
+	g.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
-		g.active++
+		g.live[r] = r.Context().Value(connKey{}).(net.Conn)
 		g.served++
-		g.peak = max(g.peak, g.active)
+		n := 0
+		for _, c := range g.live {
+			if !peerClosed(c) {
+				n++
+			}
+		}
+		g.peak = max(g.peak, n)
 		g.mu.Unlock()
-		var once sync.Once
-		end := func() { once.Do(func() { g.mu.Lock(); g.active--; g.mu.Unlock() }) }
-		stop := context.AfterFunc(r.Context(), end) // the client went: no longer the gateway's work
-		defer stop()
-		defer end()
+		defer func() { g.mu.Lock(); delete(g.live, r); g.mu.Unlock() }()
 		g.sim.ServeHTTP(w, r)
 	}))
+	g.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
+	g.Start()
 	t.Cleanup(func() { g.sim.Close(); g.Close() })
 	return g
+}
+
+// peerClosed reports whether the other end of c has closed it: a peek
+// that reads end-of-file without waiting.
+func peerClosed(c net.Conn) bool {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	closed := false
+	rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = n == 0 && err == nil
+	})
+	return closed
 }
 
 // Peak returns the most requests in progress at once since the last call.
@@ -84,7 +113,12 @@ func (g *gateway) Peak() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.peak
-	g.peak = g.active
+	g.peak = 0
+	for _, c := range g.live {
+		if !peerClosed(c) {
+			g.peak++
+		}
+	}
 	return p
 }
 
@@ -237,13 +271,32 @@ func (p *exporterProc) snapshot(t *testing.T) map[string]any {
 // nothing once they are over.
 func TestThreeProcessesOneLane(t *testing.T) {
 	r := startRedis(t)
+	threeProcesses(t, r.URL(), func() { r.WaitUptime(2 * time.Second) }, func() { noResidue(t, r) })
+}
+
+// 5. The same on a Redis Cluster of three masters, made by the test.
+func TestThreeProcessesOnACluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	quiet := func() {
+		for _, n := range c.Nodes {
+			n.WaitUptime(2 * time.Second)
+		}
+	}
+	threeProcesses(t, c.URL(), quiet, func() {
+		for _, n := range c.Nodes {
+			noResidue(t, n)
+		}
+	})
+}
+
+func threeProcesses(t *testing.T, url string, settled, clean func()) {
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 2 * time.Millisecond, Tokens: 10,
 		FirstTokenDelay: time.Millisecond, PropagateDisconnect: true, Seed: 1})
 	var procs []*exporterProc
 	for _, name := range []string{"p1", "p2", "p3"} {
-		procs = append(procs, startExporter(t, gw.URL, r.URL(), name, 4, ""))
+		procs = append(procs, startExporter(t, gw.URL, url, name, 4, ""))
 	}
-	r.WaitUptime(2 * time.Second)
+	settled()
 	rng := rand.New(rand.NewPCG(7, 7))
 	type job struct {
 		p      *exporterProc
@@ -278,13 +331,11 @@ func TestThreeProcessesOneLane(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("outcomes %v; the gateway served %d; peak %d", count, gw.Served(), gw.Peak())
+	peak := gw.Peak()
+	t.Logf("outcomes %v; the gateway served %d; peak %d", count, gw.Served(), peak)
 	if n := count[completed] + count[timedOut] + count[canceled]; n != 1000 || count[completed] < 500 {
 		t.Fatalf("outcomes %v", count)
 	}
-	gw.mu.Lock()
-	peak := gw.peak
-	gw.mu.Unlock()
 	if peak > 4 {
 		t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", peak)
 	}
@@ -293,7 +344,7 @@ func TestThreeProcessesOneLane(t *testing.T) {
 			t.Fatalf("left in the lane: %v", s)
 		}
 	}
-	noResidue(t, r)
+	clean()
 }
 
 // 3. A process killed with SIGKILL while it holds 2 slots and 3 queue
