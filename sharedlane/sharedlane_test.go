@@ -68,13 +68,15 @@ func newProcess(t *testing.T, url, name string, cfg limiter.Config, tweak ...fun
 
 // call is an acquisition running in the background.
 type call struct {
-	slot limiter.Slot
-	err  error
-	done chan struct{}
+	slot   limiter.Slot
+	err    error
+	done   chan struct{}
+	cancel context.CancelFunc
 }
 
 func (p *process) start(ctx context.Context, prio limiter.Priority) *call {
 	c := &call{done: make(chan struct{})}
+	ctx, c.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(c.done)
 		c.slot, c.err = p.lim.Acquire(limiter.WithPriority(ctx, prio), lane)
