@@ -47,7 +47,7 @@ vet:
 ## bench: run the benchmarks and rewrite docs/BENCHMARKS.md with figures and ratios
 ## (the raw go test output is kept in docs/bench/raw.txt; re-render it with
 ##  go run ./internal/benchreport -in docs/bench/raw.txt)
-bench:
+bench: tools
 	$(GO) run ./internal/benchreport $(BENCHFLAGS) -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
 
 ## replay: regenerate docs/INCIDENT-REPLAY.md and its timelines (the simulated replays are

@@ -7,7 +7,8 @@
 --   4 qc  HASH  waiter id -> "class|arrival|enqueued|process"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
---   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key)
+--   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
+--               boot (the server's start, ms)
 -- ARGV: op, channel, tag, ttl (ms), limit, reserve, aging step (ms), then the op's.
 --
 -- For one lease TTL after Redis starts (or restarts, empty), nothing is
@@ -28,11 +29,20 @@ if reserve < 0 then reserve = 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- The server's start, from its uptime (whole seconds, so the estimate is
+-- never earlier than the truth), kept in the lane's meta key so that INFO
+-- runs once per lane rather than once per call; the key goes with a
+-- restart, and the estimate is made again.
 local quietness
 local function quiet()
   if quietness == nil then
-    local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
-    quietness = up < math.ceil(ttl / 1000)
+    local boot = tonumber(redis.call('HGET', M, 'boot') or '')
+    if not boot then
+      local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+      boot = now - up * 1000
+      redis.call('HSET', M, 'boot', boot)
+    end
+    quietness = now < boot + ttl
   end
   return quietness
 end

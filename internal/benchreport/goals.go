@@ -44,6 +44,12 @@ const intro = `## What is measured
   32, 10 tokens of 2 ms each), direct and through a lane of 32: calls per second.
   **QueuedMemory**: heap and stacks per call queued behind a held slot, with client and
   proxy in one process (so the client's side is counted too).
+- **sharedlane, Shared**: a lane in Redis (a local redis-server, as ` + "`make tools`" + ` installs
+  it). *uncontended/acquire-release*: one acquire and release through a limiter on the
+  backend, two Lua scripts; anchor *2xping*: two PINGs, the two round trips the pair cannot
+  do without. *handover*: a release in one process's limiter and the grant of the call
+  waiting in another's (script, pub/sub message, claim), timed from the release to the
+  grant. Redis' own CPU per 1,000 calls comes from its INFO counters.
 - Memory of the 5-minute statistics is bounded by construction: at most 31 step
   histograms of 3.4 KB plus their 3.4 KB sum per lane, about 110 KB, whatever the
   grant rate (` + "`TestWindowMemoryBounded`" + ` records 10,000 grants/s for 6 minutes and checks
@@ -191,4 +197,11 @@ var goals = []goal{
 		"BenchmarkQueuedMemory/http1-4000", "KiB/queued", 64),
 	logGoal("grant cost 1,000 → 100,000 waiters: no worse than logarithmic (x2 allowance for cache misses)",
 		"BenchmarkGrant/waiters", 1000, 100000, "", 2),
+	ratioGoal("shared lane (Redis): uncontended acquire and release within 1.5x of two PINGs (its two round trips)",
+		"BenchmarkShared/uncontended/acquire-release", "BenchmarkShared/uncontended/2xping", 1.5, 1e9),
+	metricMaxGoal("shared lane: hand-over from a release in one process to the grant in another, p50 (reported)",
+		"BenchmarkShared/handover", "p50-µs", 1e9),
+	metricMaxGoal("shared lane: hand-over p99 (reported)", "BenchmarkShared/handover", "p99-µs", 1e9),
+	metricMaxGoal("shared lane: Redis CPU per 1,000 calls (reported; two PINGs: see the table)",
+		"BenchmarkShared/uncontended/acquire-release", "redis-cpu-ms/1000calls", 1e9),
 }

@@ -1,0 +1,131 @@
+package sharedlane
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// BenchmarkShared measures the shared lanes against a local redis-server:
+// an uncontended acquire and release through a limiter on the backend
+// against the anchor, two PINGs (the two round trips the pair needs); the
+// latency of a hand-over across processes (a release in one, the grant in
+// another, waiting); and Redis' CPU per 1,000 calls.
+func BenchmarkShared(b *testing.B) {
+	r := redistest.Start(b)
+	r.WaitUptime(time.Second)
+	cfg := limiter.Config{MaxInflight: 4, QueueTimeout: time.Minute}
+	mk := func(name string) (*Backend, *limiter.Limiter) {
+		be, err := New(Config{URL: r.URL(), Process: name, LeaseTTL: time.Second, Log: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, _ := limiter.New(cfg, limiter.WithBackend(be))
+		return be, lim
+	}
+	ctx := context.Background()
+
+	b.Run("uncontended/2xping", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaintNotificationsConfig: noMaint()})
+		defer rdb.Close()
+		cpu0 := redisCPU(b, r)
+		for b.Loop() {
+			rdb.Ping(ctx)
+			rdb.Ping(ctx)
+		}
+		b.ReportMetric((redisCPU(b, r)-cpu0)/float64(b.N)*1000*1000, "redis-cpu-ms/1000calls")
+	})
+	b.Run("uncontended/acquire-release", func(b *testing.B) {
+		be, lim := mk("a")
+		defer be.Close()
+		cpu0 := redisCPU(b, r)
+		for b.Loop() {
+			s, err := lim.Acquire(ctx, lane)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.Release()
+		}
+		b.ReportMetric((redisCPU(b, r)-cpu0)/float64(b.N)*1000*1000, "redis-cpu-ms/1000calls")
+	})
+	b.Run("handover", func(b *testing.B) {
+		// Process a holds the lane's only slot; b waits; a releases, and
+		// the time until b holds it is measured; then the other way round.
+		one := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}
+		var lims [2]*limiter.Limiter
+		for i, name := range []string{"ha", "hb"} {
+			be, err := New(Config{URL: r.URL(), Process: name, LeaseTTL: time.Second, Log: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			lims[i], _ = limiter.New(one, limiter.WithBackend(be))
+		}
+		held, _ := lims[0].Acquire(ctx, "handover")
+		var lat []time.Duration
+		i := 0
+		for b.Loop() {
+			next := lims[(i+1)%2]
+			got := make(chan limiter.Slot)
+			go func() {
+				s, _ := next.Acquire(ctx, "handover")
+				got <- s
+			}()
+			waitQueuedKey(b, r, "handover", 1)
+			t0 := time.Now()
+			held.Release()
+			held = <-got
+			lat = append(lat, time.Since(t0))
+			i++
+		}
+		held.Release()
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	})
+}
+
+// waitQueuedKey waits until lane key has n waiters (read from Redis).
+func waitQueuedKey(b *testing.B, r *redistest.Server, key string, n int) {
+	for {
+		keys := r.Keys()
+		count := 0
+		for _, k := range keys {
+			if strings.HasSuffix(k, ":qx") {
+				out, _ := r.Do("ZCARD " + k)
+				count, _ = strconv.Atoi(out)
+			}
+		}
+		if count == n {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// redisCPU is the server's CPU time so far, in seconds.
+func redisCPU(b *testing.B, r *redistest.Server) float64 {
+	out, err := r.Do("INFO cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(out, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return total
+}
+
