@@ -128,4 +128,3 @@ func redisCPU(b *testing.B, r *redistest.Server) float64 {
 	}
 	return total
 }
-
