@@ -173,6 +173,11 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 		WithPanel(series("Other processes: in flight vs limit", "Calls holding a slot in other processes' lanes (lanes-exporter targets), beside their limits.", "short", 12, 8,
 			b.q(`sum by (job, target, lane) (P_target_llm_inflight{job=~"$job",instance=~"$instance"})`, "{{target}} {{lane}} in flight"),
 			b.q(`max by (job, target, lane) (P_target_llm_limit{job=~"$job",instance=~"$instance"})`, "{{target}} {{lane}} limit"))).
+		WithPanel(series("Shared lanes: slots held by process", "For lanes shared in Redis: the slots each process holds, across the fleet (every exporter reports the same figures, hence max).", "short", 12, 8,
+			b.q(`max by (lane, process) (P_llm_shared_holders{SEL})`, "{{lane}} {{process}}")).
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
+		WithPanel(series("Shared lanes: Redis in use", "1 while a shared lane's Redis is reachable and in use; 0 while the process falls back to its own lanes or refuses calls (on_redis_down).", "short", 12, 8,
+			b.q(`min by (job, instance, lane) (P_llm_shared_up{SEL})`, "{{instance}} {{lane}}"))).
 		WithPanel(series("Per-process budget vs gateway capacity", "Each lane's limits summed across this exporter and its targets, beside the upstream's configured capacity: above it, the processes together can overload the gateway.", "short", 12, 8,
 			b.q(`max by (job, lane) (P_llm_lane_budget{job=~"$job",instance=~"$instance",lane=~"$lane"})`, "{{lane}} sum of limits"),
 			b.q(`max by (job, lane) (P_llm_lane_capacity{job=~"$job",instance=~"$instance",lane=~"$lane"})`, "{{lane}} capacity")))

@@ -379,7 +379,8 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s.ETA = l.etaLocked(cfg, now)
 	if l.lim.backend != nil {
 		s.ETA = nil // the local history says nothing of the other processes' calls
-		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: l.waiting[0] + l.waiting[1] + l.waiting[2]}
+		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: QueuedByPriority{
+			Interactive: l.waiting[Interactive.Index()], Default: l.waiting[Default.Index()], Bulk: l.waiting[Bulk.Index()]}}
 	}
 	return s
 }

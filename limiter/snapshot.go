@@ -56,9 +56,13 @@ type LaneSnapshot struct {
 type Shared struct {
 	// State is BackendOK, BackendLocalFallback or BackendUnavailable; with
 	// either of the latter the global figures are this process's own.
-	State           string `json:"state"`
-	ProcessInflight int    `json:"process_inflight"`
-	ProcessQueued   int    `json:"process_queued"`
+	State string `json:"state"`
+	// ProcessInflight and ProcessQueued are this process's share of the
+	// lane: its calls holding a slot, and waiting by class. The lane's
+	// metrics ({p}_llm_inflight, {p}_llm_queue_depth) report these, so
+	// that summing them across processes gives the lane's figures.
+	ProcessInflight int              `json:"process_inflight"`
+	ProcessQueued   QueuedByPriority `json:"process_queued_by_priority"`
 	// Holders counts the slots held, by process name; null when unknown.
 	Holders map[string]int `json:"holders"`
 }

@@ -174,7 +174,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		timeouts, canceled, retries, ups     []metricdata.DataPoint[int64]
 		inflight, depth, limit, reserve, sat []metricdata.DataPoint[int64]
 		oldest                               []metricdata.DataPoint[float64]
-		holders, sharedUp, processInflight   []metricdata.DataPoint[int64]
+		holders, sharedUp                    []metricdata.DataPoint[int64]
 	)
 	sum := func(dst *[]metricdata.DataPoint[int64], m *laneMetrics, attrs attribute.Set, v int64) {
 		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: m.start, Time: now, Value: v})
@@ -196,12 +196,17 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	for _, l := range snap.Lanes {
 		a := attribute.NewSet(attribute.String("lane", l.Lane))
-		gauge(&inflight, a, int64(l.Inflight))
+		inf, q := l.Inflight, l.QueuedByPriority
+		if sh := l.Shared; sh != nil {
+			// A shared lane's gauges are this process's share, so that a sum
+			// across processes is the lane; the holders gauge has the rest.
+			inf, q = sh.ProcessInflight, sh.ProcessQueued
+		}
+		gauge(&inflight, a, int64(inf))
 		gauge(&limit, a, int64(l.Limit))
 		gauge(&reserve, a, int64(l.Reserve))
 		gauge(&sat, a, boolInt(l.Saturated))
 		oldest = append(oldest, metricdata.DataPoint[float64]{Attributes: a, Time: now, Value: float64(l.OldestWait)})
-		q := l.QueuedByPriority
 		for _, c := range []struct {
 			p limiter.Priority
 			n int
@@ -210,7 +215,6 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		}
 		if sh := l.Shared; sh != nil {
 			gauge(&sharedUp, a, boolInt(sh.State == limiter.BackendOK))
-			gauge(&processInflight, a, int64(sh.ProcessInflight))
 			procs := make([]string, 0, len(sh.Holders))
 			for p := range sh.Holders {
 				procs = append(procs, p)
@@ -250,7 +254,6 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
 		ms = append(ms,
 			igauge("llm.shared.up", "", "1 while a shared lane's store (Redis) is reachable, 0 while this process falls back or refuses calls.", sharedUp),
-			igauge("llm.shared.process_inflight", "{call}", "This process's share of a shared lane's calls in flight.", processInflight),
 			igauge("llm.shared.holders", "{call}", "Slots of a shared lane held, by process.", holders))
 	}
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}}, nil

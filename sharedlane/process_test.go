@@ -399,6 +399,14 @@ func TestKilledProcessFreesItsSlots(t *testing.T) {
 	if h := holders(b.snapshot(t)); h["a"] != float64(2) || h["b"] != float64(2) {
 		t.Fatalf("holders %v", h)
 	}
+	// The metrics give b's share (a sum across processes is the lane) and
+	// who holds the slots.
+	if v := b.metric(t, "llmlanes_llm_inflight"); v != "2" {
+		t.Fatalf("b's llmlanes_llm_inflight %s, want its share, 2", v)
+	}
+	if v := b.metric(t, "llmlanes_llm_shared_holders"); v != "2" {
+		t.Fatalf("llmlanes_llm_shared_holders %s", v)
+	}
 	killed := time.Now()
 	a.cmd.Process.Kill()
 	waitFor("a's slots and places freed, b's waiters granted", func(s map[string]any) bool {
