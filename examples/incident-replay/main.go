@@ -27,7 +27,7 @@ import (
 
 func main() {
 	out := flag.String("out", "", "directory to write the report to (default: a new temporary directory)")
-	withHTTP := flag.Bool("http", false, "also replay the incident over real HTTP on loopback")
+	withHTTP := flag.Bool("http", false, "also replay the incident over real HTTP on loopback, and two processes sharing a lane in Redis (needs redis-server)")
 	scale := flag.Float64("scale", 0.01, "with -http: real seconds per simulated second")
 	flag.Parse()
 	ctx := context.Background()
@@ -38,6 +38,10 @@ func main() {
 	if *withHTTP {
 		fmt.Fprintf(os.Stderr, "replaying over HTTP at scale %g (about %.0f s)...\n", *scale, 3*17*60**scale)
 		if err := b.RunHTTPAll(ctx, *scale); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprintln(os.Stderr, "replaying two processes sharing a lane in Redis...")
+		if err := b.RunSharedRedis(ctx, *scale); err != nil {
 			log.Fatal(err)
 		}
 	}

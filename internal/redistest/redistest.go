@@ -1,11 +1,12 @@
 // Package redistest runs real redis-server processes (Debian's package,
-// which make tools installs) for tests: a standalone server that can be
+// which make tools installs) for tests and the incident replay: a standalone server that can be
 // restarted, a Cluster of several masters, and a TCP proxy whose
 // connections a test can cut.
 package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,15 +38,29 @@ func (s *Server) URL() string { return "redis://" + s.Addr() }
 // yes").
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatal("redis-server is not installed: run make tools (Debian's redis-server package)")
+	s, err := Launch(t.TempDir(), extra...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	s := &Server{t: t, Port: freePort(t), dir: t.TempDir()}
-	s.args = append([]string{"--port", fmt.Sprint(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--protected-mode", "no"}, flags(extra)...)
-	s.start()
+	s.t = t
 	t.Cleanup(s.Kill)
 	return s
+}
+
+// Launch runs a redis-server with no persistence on a free port, with its
+// files in dir, for a program rather than a test; Kill stops it.
+func Launch(dir string, extra ...string) (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New("redis-server is not installed: run make tools (Debian's redis-server package)")
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Port: port, dir: dir}
+	s.args = append([]string{"--port", fmt.Sprint(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--protected-mode", "no"}, flags(extra)...)
+	return s, s.start()
 }
 
 func flags(directives []string) []string {
@@ -57,40 +72,46 @@ func flags(directives []string) []string {
 	return out
 }
 
-func (s *Server) start() {
-	s.t.Helper()
+func (s *Server) start() error {
 	s.cmd = exec.Command("redis-server", s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, io.Discard
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if out, err := s.Do("PING"); err == nil && out == "PONG" {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not start", s.Addr())
+			return fmt.Errorf("redis-server on %s did not start", s.Addr())
 		}
 	}
 }
 
-// WaitUptime waits until the server has been up for d (its
+// Uptime waits until the server has been up for d (its
 // uptime_in_seconds, whole seconds).
-func (s *Server) WaitUptime(d time.Duration) {
-	s.t.Helper()
+func (s *Server) Uptime(d time.Duration) error {
 	for deadline := time.Now().Add(d + 10*time.Second); ; time.Sleep(50 * time.Millisecond) {
 		out, err := s.Do("INFO server")
 		if err == nil {
 			for _, line := range strings.Split(out, "\r\n") {
 				var up int
 				if _, err := fmt.Sscanf(line, "uptime_in_seconds:%d", &up); err == nil && time.Duration(up)*time.Second >= d {
-					return
+					return nil
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s: not up for %s", s.Addr(), d)
+			return fmt.Errorf("redis-server on %s: not up for %s", s.Addr(), d)
 		}
+	}
+}
+
+// WaitUptime is Uptime in a test.
+func (s *Server) WaitUptime(d time.Duration) {
+	s.t.Helper()
+	if err := s.Uptime(d); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -106,7 +127,9 @@ func (s *Server) Kill() {
 // Restart kills the server and starts it again, empty, on the same port.
 func (s *Server) Restart() {
 	s.Kill()
-	s.start()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // Do sends one command (space-separated words) and returns the reply as
@@ -322,11 +345,11 @@ func (p *Proxy) Unblock() {
 	p.mu.Unlock()
 }
 
-func freePort(t testing.TB) int {
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

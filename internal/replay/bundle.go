@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/llmlanes/llmlanes/internal/redistest"
 )
 
 // Bundle is every replay the report shows.
@@ -20,6 +23,10 @@ type Bundle struct {
 	// HTTP and Fidelity are the real-HTTP replays of Scenarios, when run.
 	HTTP     []Report
 	Fidelity []Fidelity
+	// Shared is TwoProcesses' agents sharing one lane through Redis (real
+	// HTTP, a real redis-server), when run.
+	Shared         *Report
+	SharedFidelity Fidelity
 }
 
 // ClearAfter is the classification setting the degradation replay tries
@@ -76,6 +83,30 @@ func (b *Bundle) RunHTTPAll(ctx context.Context, scale float64) error {
 		}
 		b.HTTP, b.Fidelity = append(b.HTTP, r), append(b.Fidelity, f)
 	}
+	return nil
+}
+
+// RunSharedRedis adds the replay of TwoProcesses' agents sharing one lane
+// through a redis-server it starts (make tools installs it).
+func (b *Bundle) RunSharedRedis(ctx context.Context, scale float64) error {
+	dir, err := os.MkdirTemp("", "replay-redis-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	r, err := redistest.Launch(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Kill()
+	if err := r.Uptime(time.Second); err != nil { // sharedlane grants nothing for a lease after Redis starts
+		return err
+	}
+	rep, f, err := RunShared(ctx, TwoProcesses(), scale, r.URL())
+	if err != nil {
+		return err
+	}
+	b.Shared, b.SharedFidelity = &rep, f
 	return nil
 }
 
@@ -170,6 +201,11 @@ func (b Bundle) Markdown(w io.Writer) {
 		}
 		p("\n")
 		Table(w, b.HTTP)
+	}
+	if b.Shared != nil {
+		p("\n## Two processes sharing one lane in Redis (real HTTP, real Redis)\n\n%s", mdShared)
+		p("- %s\n\n", b.SharedFidelity)
+		Table(w, []Report{b.TwoProcesses[0], b.TwoProcesses[1], *b.Shared})
 	}
 	p("\n%s", mdLimits)
 }
@@ -291,6 +327,16 @@ aging and the queue timeout happen as in the simulation. These figures vary a li
 run to run (scheduling, HTTP overhead added to each token); a probe measures the largest
 timer lateness, and a run whose lag reached the smallest interval of the model (the first
 retry's 0.5 s backoff) is flagged as not faithful.
+
+`
+
+const mdShared = `The agents of "Two processes, one gateway", each with its own limiter, both limiters on
+` + "`sharedlane`" + ` backends in one redis-server: one lane of 8 slots (2 reserved) shared through
+Redis instead of through one exporter. Redis' clock cannot be scaled, so this run is over
+real HTTP at the scale below, with the limiters on the real clock and their durations
+scaled (queue timeout 3 s, aging step 0.6 s, transport timeouts 1.2 s; the lease TTL is
+1 s); its figures vary a little from run to run. Beside it, the two simulated set-ups of
+that section.
 
 `
 

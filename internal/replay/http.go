@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+	"github.com/llmlanes/llmlanes/sharedlane"
 )
 
 // Fidelity is how far the machine bent a RunHTTP: the largest lateness of
@@ -55,15 +57,36 @@ func (c scaledClock) AfterFunc(d time.Duration, f func()) limiter.Timer {
 
 // httpRun is one RunHTTP.
 type httpRun struct {
-	o      Options
-	scale  float64
-	start  time.Time
-	client *http.Client
-	url    string
-	lanes  bool
+	o       Options
+	scale   float64
+	start   time.Time
+	clients []*http.Client // by agent
+	lims    []*limiter.Limiter
+	url     string
+	lanes   bool
+	// wall is set when the limiters run on the real clock with their
+	// durations scaled (a shared lane: Redis' clock cannot be scaled), so
+	// their waits are real time.
+	wall   bool
 	mu     sync.Mutex
 	r      *Report
 	panels []panel
+}
+
+// observe records the waits of the limiters' acquisitions.
+func (x *httpRun) observe(_ context.Context, e limiter.Event) {
+	if e.Kind != limiter.Acquired && e.Kind != limiter.TimedOut {
+		return
+	}
+	w := e.Wait
+	if x.wall {
+		w = time.Duration(float64(w) / x.scale)
+	}
+	x.mu.Lock()
+	c := x.r.Classes[classOf(e.Priority)]
+	c.waits = append(c.waits, w)
+	x.r.Grants = append(x.r.Grants, Grant{Class: classOf(e.Priority), Ended: x.now(), Granted: e.Kind == limiter.Acquired})
+	x.mu.Unlock()
 }
 
 func (x *httpRun) real(d time.Duration) time.Duration { return time.Duration(float64(d) * x.scale) }
@@ -77,52 +100,80 @@ func (x *httpRun) now() time.Duration                 { return time.Duration(flo
 // whether the machine kept up. One agent, no fault.
 func RunHTTP(ctx context.Context, scenario string, o Options, scale float64) (Report, Fidelity, error) {
 	x := &httpRun{o: o, scale: scale, r: newReport(scenario, o)}
-	fid := Fidelity{Scale: scale, Bound: o.Backoff}
 	cfg := gatewaysim.Config{Capacity: o.Capacity, TokenTime: x.real(o.TokenTime), Tokens: o.Tokens, FirstTokenDelay: x.real(o.FirstTokenDelay), Seed: o.Seed}
 	base := &http.Transport{MaxIdleConnsPerHost: 512}
 	defer base.CloseIdleConnections()
 	var rt http.RoundTripper = base
-	var lim *limiter.Limiter
 	switch scenario {
 	case "no-limiter":
 	case "gateway-429":
 		cfg.RejectAbove = o.Limit
 	case "lanes":
-		var err error
-		lim, err = limiter.New(limiter.Config{MaxInflight: o.Limit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout},
-			limiter.WithClock(scaledClock{start: time.Now(), scale: scale}),
-			limiter.WithObserver(func(ctx context.Context, e limiter.Event) {
-				if e.Kind == limiter.Acquired || e.Kind == limiter.TimedOut {
-					x.mu.Lock()
-					c := x.r.Classes[classOf(e.Priority)]
-					c.waits = append(c.waits, e.Wait)
-					x.r.Grants = append(x.r.Grants, Grant{Class: classOf(e.Priority), Ended: x.now(), Granted: e.Kind == limiter.Acquired})
-					x.mu.Unlock()
-				}
-			}))
+		lim, err := limiter.New(limiter.Config{MaxInflight: o.Limit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout},
+			limiter.WithClock(scaledClock{start: time.Now(), scale: scale}), limiter.WithObserver(x.observe))
 		if err != nil {
-			return Report{}, fid, err
+			return Report{}, Fidelity{}, err
 		}
 		// The timeouts start once the slot is held (ADR-0115 D4); the
 		// transport runs them on the limiter's clock, in simulated time.
 		rt = &lanehttp.Transport{Limiter: lim, Base: base, ResponseHeaderTimeout: o.RequestTimeout, StallTimeout: o.RequestTimeout}
-		x.lanes = true
+		x.lims, x.lanes = []*limiter.Limiter{lim}, true
 	default:
-		return Report{}, fid, fmt.Errorf("replay: unknown scenario %q (want one of %s)", scenario, strings.Join(Scenarios, ", "))
+		return Report{}, Fidelity{}, fmt.Errorf("replay: unknown scenario %q (want one of %s)", scenario, strings.Join(Scenarios, ", "))
 	}
+	x.clients = []*http.Client{{Transport: rt}}
+	o.Agents = 1
+	x.o = o
+	return x.run(ctx, cfg)
+}
+
+// RunShared replays the agents of o (TwoProcesses) over real HTTP, each
+// with its own limiter, every limiter on a sharedlane backend in the Redis
+// at redisURL: one lane of SharedLimit slots shared through Redis rather
+// than through one exporter. Redis' clock cannot be scaled, so the
+// limiters run on the real clock with their durations scaled (queue
+// timeout, aging step, transport timeouts); the lease TTL is 1 s.
+func RunShared(ctx context.Context, o Options, scale float64, redisURL string) (Report, Fidelity, error) {
+	x := &httpRun{o: o, scale: scale, r: newReport("lanes shared in Redis", o), wall: true, lanes: true}
+	cfg := gatewaysim.Config{Capacity: o.Capacity, TokenTime: x.real(o.TokenTime), Tokens: o.Tokens, FirstTokenDelay: x.real(o.FirstTokenDelay), Seed: o.Seed}
+	base := &http.Transport{MaxIdleConnsPerHost: 512}
+	defer base.CloseIdleConnections()
+	prefix := fmt.Sprintf("replay%d", time.Now().UnixNano()) // one lane for every agent, new for each run
+	for a := range o.Agents {
+		b, err := sharedlane.New(sharedlane.Config{URL: redisURL, KeyPrefix: prefix, Process: fmt.Sprintf("agent-%c", 'a'+a),
+			LeaseTTL: time.Second, AgingStep: x.real(time.Minute), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			return Report{}, Fidelity{}, err
+		}
+		defer b.Close()
+		lim, err := limiter.New(limiter.Config{MaxInflight: o.SharedLimit, InteractiveReserve: o.SharedReserve, QueueTimeout: x.real(o.QueueTimeout)},
+			limiter.WithBackend(b), limiter.WithObserver(x.observe))
+		if err != nil {
+			return Report{}, Fidelity{}, err
+		}
+		x.lims = append(x.lims, lim)
+		x.clients = append(x.clients, &http.Client{Transport: &lanehttp.Transport{Limiter: lim, Base: base,
+			ResponseHeaderTimeout: x.real(o.RequestTimeout), StallTimeout: x.real(o.RequestTimeout)}})
+	}
+	return x.run(ctx, cfg)
+}
+
+// run runs the load of every agent against gatewaysim with cfg, and
+// reports it.
+func (x *httpRun) run(ctx context.Context, cfg gatewaysim.Config) (Report, Fidelity, error) {
+	o, scale := x.o, x.scale
+	fid := Fidelity{Scale: scale, Bound: o.Backoff}
 	sim := gatewaysim.New(cfg)
 	srv := httptest.NewServer(sim)
 	defer srv.Close()
 	defer sim.Close()
-	x.client = &http.Client{Transport: rt}
 	x.url = srv.URL + "/v1/chat/completions"
 	x.r.IdleTTFT = idleTTFT(gatewaysim.Config{Capacity: o.Capacity, TokenTime: o.TokenTime, Tokens: o.Tokens, FirstTokenDelay: o.FirstTokenDelay})
 
 	x.start = time.Now()
-	x.panels = make([]panel, o.Panels)
+	x.panels = make([]panel, o.Agents*o.Panels)
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
-	// The lag probe: sleeps of one simulated second, and how late they end.
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
@@ -152,8 +203,8 @@ func RunHTTP(ctx context.Context, scenario string, o Options, scale float64) (Re
 			case <-t.C:
 			}
 			s := Sample{At: x.now(), Gateway: sim.Stats().Active}
-			if lim != nil {
-				for _, l := range lim.Snapshot().Lanes {
+			if len(x.lims) > 0 { // a shared lane's snapshot has the global queue
+				for _, l := range x.lims[0].Snapshot().Lanes {
 					s.Queued = l.QueuedByPriority
 				}
 			}
@@ -172,41 +223,44 @@ func RunHTTP(ctx context.Context, scenario string, o Options, scale float64) (Re
 			return false
 		}
 	}
-	launch := func(class string, p int) {
+	launch := func(agent int, class string, p int) {
 		wg.Add(1)
-		go func() { defer wg.Done(); x.call(ctx, class, p) }()
+		go func() { defer wg.Done(); x.call(ctx, agent, class, p) }()
 	}
-	wg.Add(2 + o.Panels)
-	go func() { // the operator
-		defer wg.Done()
-		for x.now() < o.Duration && ctx.Err() == nil {
-			x.call(ctx, "interactive", -1)
-			if !sleep(o.ChatEvery) {
-				return
-			}
-		}
-	}()
-	go func() { // the coders
-		defer wg.Done()
-		rng := rand.New(rand.NewPCG(o.Seed, 0))
-		for x.now() < o.Duration && ctx.Err() == nil {
-			launch("default", -1)
-			if !sleep(time.Duration(float64(o.CoderEvery) * (0.5 + rng.Float64()))) {
-				return
-			}
-		}
-	}()
-	for p := range o.Panels {
-		x.panels[p].left = o.PanelSize
-		go func() {
+	for a := range o.Agents {
+		wg.Add(2 + o.Panels)
+		go func() { // the operator
 			defer wg.Done()
-			if !sleep(time.Duration(p) * o.PanelEvery) {
-				return
-			}
-			for range o.PanelSize {
-				launch("bulk", p)
+			for x.now() < o.Duration && ctx.Err() == nil {
+				x.call(ctx, a, "interactive", -1)
+				if !sleep(o.ChatEvery) {
+					return
+				}
 			}
 		}()
+		go func() { // the coders
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(o.Seed, uint64(a)))
+			for x.now() < o.Duration && ctx.Err() == nil {
+				launch(a, "default", -1)
+				if !sleep(time.Duration(float64(o.CoderEvery) * (0.5 + rng.Float64()))) {
+					return
+				}
+			}
+		}()
+		for p := range o.Panels {
+			i := a*o.Panels + p
+			x.panels[i].left = o.PanelSize
+			go func() {
+				defer wg.Done()
+				if !sleep(time.Duration(p) * o.PanelEvery) {
+					return
+				}
+				for range o.PanelSize {
+					launch(a, "bulk", i)
+				}
+			}()
+		}
 	}
 	wg.Wait()
 	// Let abandoned work the gateway still does finish, so it is counted.
@@ -232,7 +286,7 @@ func classOf(p limiter.Priority) string {
 
 // call makes one logical call of class (for panel p, or -1) with the SDK's
 // attempts, and records how it ended.
-func (x *httpRun) call(ctx context.Context, class string, p int) {
+func (x *httpRun) call(ctx context.Context, agent int, class string, p int) {
 	start := x.now()
 	x.mu.Lock()
 	x.r.Classes[class].Calls++
@@ -255,7 +309,7 @@ func (x *httpRun) call(ctx context.Context, class string, p int) {
 		}
 		req, _ := http.NewRequestWithContext(actx, http.MethodPost, x.url, strings.NewReader(`{"model":"protolabs/smart","stream":true}`))
 		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(attempt))
-		res, err := x.client.Do(req)
+		res, err := x.clients[agent].Do(req)
 		if err != nil {
 			cancel()
 			if ctx.Err() != nil {

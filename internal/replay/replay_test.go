@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/llmlanes/llmlanes/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -195,5 +197,32 @@ func TestUnknownScenario(t *testing.T) {
 	}
 	if _, _, err := RunHTTP(context.Background(), "shared-exporter", Incident(), 0.01); err == nil {
 		t.Fatal("RunHTTP took a scenario it does not model")
+	}
+}
+
+// The shared-lanes replay: two agents, each with its own limiter, share one
+// lane through a real Redis: the gateway never works on more than the
+// shared lane's limit, and every call ends.
+func TestRunShared(t *testing.T) {
+	r := redistest.Start(t)
+	r.WaitUptime(time.Second)
+	o := TwoProcesses()
+	o.Duration = 3 * time.Minute
+	rep, f, err := RunShared(context.Background(), o, 0.005, r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", f)
+	if rep.Gateway.Peak > o.SharedLimit || rep.Gateway.Peak == 0 {
+		t.Errorf("peak %d at the gateway, shared limit %d", rep.Gateway.Peak, o.SharedLimit)
+	}
+	for c, s := range rep.Classes {
+		failed := 0
+		for _, n := range s.Failed {
+			failed += n
+		}
+		if s.Calls != s.Completed+failed || s.Calls == 0 {
+			t.Errorf("%s: %d calls, %d completed, %d failed", c, s.Calls, s.Completed, failed)
+		}
 	}
 }
