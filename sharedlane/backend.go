@@ -73,7 +73,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("sharedlane: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	rdb, err := newClient(cfg.URL)
+	rdb, err := newClient(cfg.URL, cfg.TLSCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("sharedlane: %w", err)
 	}
@@ -100,6 +100,13 @@ func (b *Backend) Close() error {
 	close(b.stop)
 	b.sub.Close()
 	b.wg.Wait()
+	b.mu.Lock()
+	for _, l := range b.leases {
+		if l.watch != nil {
+			l.watch.Stop()
+		}
+	}
+	b.mu.Unlock()
 	if b.local != nil {
 		b.local.Shutdown()
 	}

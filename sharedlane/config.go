@@ -1,6 +1,8 @@
 package sharedlane
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +22,9 @@ type Config struct {
 	// Sentinel; ?addr=host:port (more seed nodes) or ?cluster=true for a
 	// Cluster.
 	URL string
+	// TLSCAFile, with rediss://, is a PEM file of the certificates that
+	// Redis' must chain to (a private CA); the system's roots otherwise.
+	TLSCAFile string
 	// KeyPrefix starts every key and the grant channel: processes with the
 	// same prefix and lane key share the lane. Default "llmlanes".
 	KeyPrefix string
@@ -95,8 +100,10 @@ func (c Config) withDefaults() Config {
 // form, not that Redis answers.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := newClient(c.URL); err != nil {
+	if rdb, err := newClient(c.URL, c.TLSCAFile); err != nil {
 		errs = append(errs, err)
+	} else {
+		rdb.Close() // made only to check the URL; it has not connected
 	}
 	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < 300*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("lease_ttl is %s: want 300ms or more", c.LeaseTTL))
@@ -120,35 +127,55 @@ func (c Config) Validate() error {
 }
 
 // newClient makes the go-redis client that URL names: Sentinel with
-// master_name, a Cluster with addr or cluster=true, else a single node. Its
-// errors never repeat the URL's password.
-func newClient(raw string) (redis.UniversalClient, error) {
+// master_name, a Cluster with addr or cluster=true, else a single node;
+// with rediss://, TLS verified against caFile's certificates if given (the
+// system's otherwise). Its errors never repeat the URL's password.
+func newClient(raw, caFile string) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 		return nil, fmt.Errorf("redis_url %q: want redis://host:port or rediss://host:port", Redact(raw))
 	}
+	var roots *x509.CertPool
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca_file: %w", err)
+		}
+		if roots = x509.NewCertPool(); !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca_file %s: no PEM certificate in it", caFile)
+		}
+	}
+	withCA := func(c *tls.Config) {
+		if c != nil && roots != nil {
+			c.RootCAs = roots
+		}
+	}
+	bad := func(err error) error { return fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u)) }
 	q := u.Query()
 	switch {
 	case q.Has("master_name"):
 		o, err := redis.ParseFailoverURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u))
+			return nil, bad(err)
 		}
+		withCA(o.TLSConfig)
 		return redis.NewFailoverClient(o), nil
 	case q.Has("addr") || q.Get("cluster") == "true":
 		q.Del("cluster")
 		u.RawQuery = q.Encode()
 		o, err := redis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u))
+			return nil, bad(err)
 		}
+		withCA(o.TLSConfig)
 		o.MaintNotificationsConfig = noMaint()
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("redis_url %q: %s", Redact(raw), redactErr(err, u))
+		return nil, bad(err)
 	}
+	withCA(o.TLSConfig)
 	o.MaintNotificationsConfig = noMaint()
 	return redis.NewClient(o), nil
 }

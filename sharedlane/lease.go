@@ -27,6 +27,10 @@ type lease struct {
 	lk       *laneKeys
 	id       string
 	deadline time.Time // the last renewal sent, plus LeaseTTL, less a margin: lost after that
+	// watch fires at the deadline, to lose the slot on time even if the
+	// renewal loop is late; a renewal moves the deadline, and the timer
+	// then looks again at the new one.
+	watch *time.Timer
 }
 
 func (l *lease) Lost() <-chan struct{} { return l.lost }
@@ -41,6 +45,9 @@ func (l *lease) Release() {
 			delete(b.leases, lk.tag+" "+id)
 		}
 		delete(b.fallbacks, l)
+		if l.watch != nil {
+			l.watch.Stop()
+		}
 		b.mu.Unlock()
 		if lk != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
@@ -71,14 +78,36 @@ func (b *Backend) hold(lk *laneKeys, id string, p limiter.Priority, renewed time
 	b.mu.Lock()
 	l.deadline = renewed.Add(b.margin())
 	b.leases[lk.tag+" "+id] = l
+	b.watchLocked(l)
 	b.mu.Unlock()
 	return l
 }
 
+// watchLocked arms l's deadline timer. Called with b.mu held.
+func (b *Backend) watchLocked(l *lease) {
+	if l.watch != nil {
+		return // it looks at the deadline in force when it fires
+	}
+	var check func()
+	check = func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if _, held := b.leases[l.lk.tag+" "+l.id]; !held {
+			return
+		}
+		if d := time.Until(l.deadline); d > 0 {
+			l.watch.Reset(d)
+			return
+		}
+		b.loseLocked(l, "no renewal within lease_ttl")
+	}
+	l.watch = time.AfterFunc(time.Until(l.deadline), check)
+}
+
 // margin is how long after a renewal is sent its lease is surely still
-// held in Redis: LeaseTTL, less a tenth for the clocks' rates and the
-// time to act on it.
-func (b *Backend) margin() time.Duration { return b.cfg.LeaseTTL - b.cfg.LeaseTTL/10 }
+// held in Redis: LeaseTTL, less a fifth for the hosts' clock rates and a
+// loaded machine's lateness in acting on it.
+func (b *Backend) margin() time.Duration { return b.cfg.LeaseTTL - b.cfg.LeaseTTL/5 }
 
 // loseLocked ends l: its lease could not be kept. Called with b.mu held.
 func (b *Backend) loseLocked(l *lease, why string) {
@@ -200,6 +229,7 @@ func (b *Backend) reclaim(l *lease) {
 	delete(b.leases, lk.tag+" "+old)
 	l.id, l.deadline = fmt.Sprint(v), sent.Add(b.margin())
 	b.leases[lk.tag+" "+l.id] = l
+	b.watchLocked(l)
 }
 
 // tryRecover pings Redis. When it answers, the slots held on the fallback
@@ -272,6 +302,7 @@ func (b *Backend) register(ctx context.Context, l *lease) bool {
 		b.fallbacks[l] = true
 		l.lk, l.id, l.deadline = lk, fmt.Sprint(v), sent.Add(b.margin())
 		b.leases[lk.tag+" "+l.id] = l
+		b.watchLocked(l)
 	}
 	b.mu.Unlock()
 	if !running || registered { // it ended meanwhile, or another registered it

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/internal/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )
 
 func TestMain(m *testing.M) {
@@ -293,4 +298,89 @@ func TestTimeoutAndCancelLeaveNothing(t *testing.T) {
 		t.Fatalf("b counts %d queue timeouts", s.QueueTimeouts5m)
 	}
 	noResidue(t, r)
+}
+
+// A process cut off from Redis while it holds a slot loses it (the slot's
+// Lost channel closes, and lanehttp stops the call) before the slot's lease
+// lapses in Redis, that is before Redis can grant it to anyone else; the
+// process waiting elsewhere then gets it.
+func TestCutOffHolderStopsFirst(t *testing.T) {
+	r := startRedis(t)
+	proxy := redistest.NewProxy(t, r.Addr())
+	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}
+	closed := func(c *Config) { c.OnRedisDown = OnDownClosed }
+	a := newProcess(t, "redis://"+proxy.Addr(), "a", cfg, closed)
+	b := newProcess(t, r.URL(), "b", cfg)
+	held := a.start(context.Background(), limiter.Default).wait(t)
+	if held.err != nil {
+		t.Fatal(held.err)
+	}
+	waiting := b.start(context.Background(), limiter.Default)
+	queuedGlobally(t, b, 1)
+	proxy.Block()
+	var expiry int64 // a's lease in Redis, on Redis' clock (this host's)
+	for _, k := range r.Keys() {
+		if strings.HasSuffix(k, ":h") {
+			out, _ := r.Do("ZRANGE " + k + " 0 -1 WITHSCORES")
+			parts := strings.Split(out, "\n")
+			expiry, _ = strconv.ParseInt(parts[len(parts)-1], 10, 64)
+		}
+	}
+	select {
+	case <-held.slot.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cut-off holder never lost its slot")
+	}
+	lostAt := time.Now().UnixMilli()
+	if lostAt >= expiry {
+		t.Fatalf("the slot was lost at %d, after its lease lapsed in Redis at %d", lostAt, expiry)
+	}
+	if w := waiting.wait(t); w.err != nil {
+		t.Fatal(w.err)
+	}
+	t.Logf("lost %d ms before the lease lapsed; the other process then got the slot", expiry-lostAt)
+	waiting.slot.Release()
+	held.slot.Release()
+}
+
+// lanehttp stops a streaming call whose shared slot is lost, with
+// ErrSlotLost, and tells the gateway (its request ends).
+func TestTransportStopsLostCall(t *testing.T) {
+	r := startRedis(t)
+	proxy := redistest.NewProxy(t, r.Addr())
+	ended := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			fmt.Fprint(w, "data: {}\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-req.Context().Done():
+				close(ended)
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}))
+	defer up.Close()
+	p := newProcess(t, "redis://"+proxy.Addr(), "a", limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute},
+		func(c *Config) { c.OnRedisDown = OnDownClosed })
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: &lanehttp.Transport{Limiter: p.lim, Base: tr}}
+	res, err := client.Post(up.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	proxy.Block()
+	_, err = io.Copy(io.Discard, res.Body)
+	if !errors.Is(err, lanehttp.ErrSlotLost) {
+		t.Fatalf("reading the stream: %v, want ErrSlotLost", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request went on")
+	}
 }

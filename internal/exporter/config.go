@@ -40,6 +40,7 @@ type Config struct {
 // lanes are this process's own.
 type SharedConfig struct {
 	RedisURL         string   `yaml:"redis_url"`
+	TLSCAFile        string   `yaml:"tls_ca_file"`
 	KeyPrefix        string   `yaml:"key_prefix"`
 	LeaseTTL         Duration `yaml:"lease_ttl"`
 	OnRedisDown      string   `yaml:"on_redis_down"`
@@ -51,7 +52,7 @@ type SharedConfig struct {
 
 // sharedlane returns the backend's settings.
 func (c *SharedConfig) sharedlane() sharedlane.Config {
-	return sharedlane.Config{URL: c.RedisURL, KeyPrefix: c.KeyPrefix, LeaseTTL: time.Duration(c.LeaseTTL),
+	return sharedlane.Config{URL: c.RedisURL, TLSCAFile: c.TLSCAFile, KeyPrefix: c.KeyPrefix, LeaseTTL: time.Duration(c.LeaseTTL),
 		OnRedisDown: c.OnRedisDown, LocalMaxInflight: c.LocalMaxInflight, Process: c.Process}
 }
 
