@@ -114,6 +114,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	}
 	ln.waiting[p.Index()]++
 	ln.touchLocked(start)
+	cfg = ln.effLocked(l.cfg.Load()) // an adaptive limit is this process's (see Adaptive)
 	ln.mu.Unlock()
 	place := 0
 	// Shutdown ends the backend's wait too.

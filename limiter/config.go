@@ -53,6 +53,11 @@ type Config struct {
 	// activity; a later call simply creates it again. 0 keeps lanes as
 	// long as the limiter.
 	LaneIdleTTL time.Duration
+
+	// Adaptive, when set, makes each lane's limit move between
+	// Adaptive.MinInflight and MaxInflight (see Adaptive). nil: MaxInflight
+	// is the limit.
+	Adaptive *Adaptive
 }
 
 // Defaults of DefaultConfig.
@@ -84,6 +89,14 @@ func (c Config) Validate() error {
 	}
 	if c.LaneIdleTTL < 0 {
 		errs = append(errs, fmt.Errorf("limiter: lane_idle_ttl is %s: want 0 (keep lanes) or more", c.LaneIdleTTL))
+	}
+	if a := c.Adaptive; a != nil {
+		if a.MinInflight < 1 || (c.MaxInflight > 0 && a.MinInflight > c.MaxInflight) {
+			errs = append(errs, fmt.Errorf("limiter: adaptive.min_inflight is %d: want 1 to max_inflight (%d)", a.MinInflight, c.MaxInflight))
+		}
+		if a.Initial != 0 && (a.Initial < a.MinInflight || a.Initial > c.MaxInflight) {
+			errs = append(errs, fmt.Errorf("limiter: adaptive.initial is %d: want 0 (min_inflight) or min_inflight to max_inflight", a.Initial))
+		}
 	}
 	return errors.Join(errs...)
 }

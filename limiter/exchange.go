@@ -88,6 +88,8 @@ type Exchange struct {
 	Sent time.Time
 	// Duration is the time from sending to the end of the response.
 	Duration time.Duration
+	// RetryAfter is the response's Retry-After, if it had one.
+	RetryAfter time.Duration
 }
 
 // UpstreamCounts counts a lane's exchanges of the last 5 minutes by outcome,
@@ -128,6 +130,10 @@ func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 	now := l.clock.Now()
 	ln.stats.recordExchange(now, x)
 	ln.touchLocked(now)
+	if cfg := l.cfg.Load(); cfg.Adaptive != nil && x.Outcome.IsUpstreamError() {
+		ln.effLocked(cfg)
+		ln.adapt.loss(now, x.Sent, x.Outcome, x.RetryAfter)
+	}
 	ln.mu.Unlock()
 	if len(l.observers) > 0 {
 		l.emit(ctx, Event{Kind: Exchanged, Lane: key, Priority: PriorityFrom(ctx), Exchange: x})

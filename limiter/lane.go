@@ -25,10 +25,12 @@ type lane struct {
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
-	seq     uint64
-	since   time.Time // when the queue last became non-empty: saturation
-	busyAt  time.Time // while the queue is non-empty: busy time counted up to here
-	stats   window
+	// adapt is the adaptive limit, with Config.Adaptive; nil otherwise.
+	adapt  *controller
+	seq    uint64
+	since  time.Time // when the queue last became non-empty: saturation
+	busyAt time.Time // while the queue is non-empty: busy time counted up to here
+	stats  window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
@@ -130,7 +132,7 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 
 // dispatchLocked grants slots to waiters while any may have one.
 func (l *lane) dispatchLocked(now time.Time) {
-	cfg := l.lim.cfg.Load()
+	cfg := l.effLocked(l.lim.cfg.Load())
 	if l.q.n > 0 {
 		l.touchLocked(now)
 	}
@@ -301,7 +303,7 @@ func (l *lane) expire(w *waiter) {
 		return
 	}
 	now := l.lim.clock.Now()
-	cfg := l.lim.cfg.Load()
+	cfg := l.effLocked(l.lim.cfg.Load())
 	e := &QueueTimeoutError{
 		Lane:         l.key,
 		Priority:     w.prio,
@@ -352,6 +354,7 @@ func (l *lane) release(h *hold, gen uint64) {
 
 // snapshotLocked reports the lane at now.
 func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
+	cfg = l.effLocked(cfg)
 	s := LaneSnapshot{
 		Lane:     l.key,
 		Limit:    cfg.MaxInflight,
@@ -377,6 +380,9 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s.QueueTimeouts5m = int(l.stats.timeouts)
 	s.Upstream = l.stats.upstreamCounts(now)
 	s.ETA = l.etaLocked(cfg, now)
+	if l.adapt != nil {
+		s.Adaptive = l.adapt.state(now)
+	}
 	if l.lim.backend != nil {
 		s.ETA = nil // the local history says nothing of the other processes' calls
 		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: QueuedByPriority{

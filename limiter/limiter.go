@@ -153,7 +153,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		l.emit(ctx, Event{Kind: Refused, Lane: key, Priority: p})
 		return Slot{}, ErrShuttingDown
 	}
-	cfg = l.cfg.Load() // decide under the lock with the settings in force now
+	cfg = ln.effLocked(l.cfg.Load()) // decide under the lock with the settings in force now
 	if ln.q.n == 0 && ln.fitsLocked(cfg, p) {
 		h := ln.grantNowLocked(p)
 		gen := h.gen

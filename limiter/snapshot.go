@@ -50,6 +50,9 @@ type LaneSnapshot struct {
 	// Saturated are the lane's global figures, and Shared gives this
 	// process's share and who holds the slots. An extra key.
 	Shared *Shared `json:"shared,omitempty"`
+	// Adaptive is set for a lane with an adaptive limit: then Limit and
+	// Reserve are the ones in force now. An extra key.
+	Adaptive *AdaptiveState `json:"adaptive,omitempty"`
 }
 
 // Shared is the sharing of a lane kept by a Backend.

@@ -23,7 +23,11 @@ type exchange struct {
 	sent    time.Time
 	retry   bool
 	status  int
-	rc      io.ReadCloser
+	// reqBytes is the request body's size; retryAfter, the response's
+	// Retry-After: for the adaptive limit.
+	reqBytes   int
+	retryAfter time.Duration
+	rc         io.ReadCloser
 
 	firstByte atomic.Int64 // ns from sent to the first body byte; 0 until then
 	lastRead  atomic.Int64 // ns from sent to the headers, then to the last read that returned data
@@ -51,7 +55,10 @@ func (x *exchange) Read(p []byte) (int, error) {
 	x.reading.Add(-1)
 	if n > 0 {
 		since := int64(x.clock.Now().Sub(x.sent))
-		x.firstByte.CompareAndSwap(0, max(since, 1))
+		if x.firstByte.CompareAndSwap(0, max(since, 1)) {
+			// The adaptive limit learns from first bytes as they come.
+			x.t.Limiter.RecordFirstByte(x.ctx, x.lane, limiter.FirstByte{Sent: x.sent, After: time.Duration(since), RequestBytes: x.reqBytes})
+		}
 		x.lastRead.Store(since)
 	}
 	switch {
@@ -162,11 +169,12 @@ func (x *exchange) finish(o limiter.Outcome) {
 	now := x.clock.Now()
 	x.attempt.end(now, o == limiter.OutcomeOK)
 	x.t.Limiter.RecordExchange(x.ctx, x.lane, limiter.Exchange{
-		Outcome:   o,
-		Status:    x.status,
-		Retry:     x.retry,
-		FirstByte: time.Duration(x.firstByte.Load()),
-		Sent:      x.sent,
-		Duration:  now.Sub(x.sent),
+		Outcome:    o,
+		Status:     x.status,
+		Retry:      x.retry,
+		FirstByte:  time.Duration(x.firstByte.Load()),
+		Sent:       x.sent,
+		Duration:   now.Sub(x.sent),
+		RetryAfter: x.retryAfter,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -196,7 +197,7 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 // every path ends in exchange.finish, which releases the slot.
 func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot, at attempt) (*http.Response, error) {
 	clock := t.Limiter.Clock()
-	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now()}
+	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body)}
 	if v := req.Header.Get("X-Stainless-Retry-Count"); at.retry || (v != "" && v != "0") {
 		x.retry = true
 	}
@@ -258,6 +259,11 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 	}
 
 	x.status = res.StatusCode
+	if v := res.Header.Get("Retry-After"); v != "" && res.StatusCode >= 400 {
+		if secs, err := strconv.Atoi(v); err == nil && secs > 0 {
+			x.retryAfter = time.Duration(secs) * time.Second
+		}
+	}
 	x.rc = res.Body
 	if x.rc == nil {
 		x.rc = http.NoBody

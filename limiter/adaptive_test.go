@@ -1,0 +1,239 @@
+package limiter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
+)
+
+const akey = "https://gw/v1|m"
+
+// adaptiveLane is a limiter with an adaptive lane on a fake clock, and
+// helpers to feed it samples.
+type adaptiveLane struct {
+	t     *testing.T
+	lim   *limiter.Limiter
+	clock *limitertest.Clock
+	held  []limiter.Slot
+}
+
+func newAdaptive(t *testing.T, min, max, initial int) *adaptiveLane {
+	c := limitertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, err := limiter.New(limiter.Config{MaxInflight: max, QueueTimeout: time.Hour,
+		Adaptive: &limiter.Adaptive{MinInflight: min, Initial: initial}}, limiter.WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &adaptiveLane{t: t, lim: lim, clock: c}
+	a.hold(1) // the lane exists once it has had a call
+	return a
+}
+
+func (a *adaptiveLane) limit() int { return a.lim.Snapshot().Lanes[0].Limit }
+
+func (a *adaptiveLane) state() *limiter.AdaptiveState { return a.lim.Snapshot().Lanes[0].Adaptive }
+
+// hold takes n slots at once; it fails if one is not granted at once.
+func (a *adaptiveLane) hold(n int) {
+	a.t.Helper()
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		s, err := a.lim.Acquire(ctx, akey)
+		cancel()
+		if err != nil {
+			a.t.Fatalf("no slot at once: %v (limit %d, held %d)", err, a.limit(), len(a.held))
+		}
+		a.held = append(a.held, s)
+	}
+}
+
+func (a *adaptiveLane) releaseAll() {
+	for i := range a.held {
+		a.held[i].Release()
+	}
+	a.held = nil
+}
+
+// sample reports a first byte after ttfb, of a call sent now, of size bytes.
+func (a *adaptiveLane) sample(ttfb time.Duration, bytes int) {
+	sent := a.clock.Now()
+	a.clock.Advance(ttfb)
+	a.lim.RecordFirstByte(context.Background(), akey, limiter.FirstByte{Sent: sent, After: ttfb, RequestBytes: bytes})
+}
+
+// fill holds every slot, so the lane counts as using them.
+func (a *adaptiveLane) fill() {
+	a.releaseAll()
+	a.hold(a.limit())
+}
+
+// The probe: a new lane admits MinInflight calls until three no-load first
+// bytes have come, then starts at Initial.
+func TestAdaptiveProbe(t *testing.T) {
+	a := newAdaptive(t, 1, 12, 12)
+	if a.limit() != 1 || !a.state().Probing {
+		t.Fatalf("limit %d during the probe, state %+v", a.limit(), a.state())
+	}
+	for range 3 {
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 12 || a.state().Probing || a.state().BaselineTTFB == nil || *a.state().BaselineTTFB != 2 {
+		t.Fatalf("after the probe: limit %d, %+v", a.limit(), a.state())
+	}
+}
+
+// First bytes past the baseline cut the limit to limit/ratio; samples of
+// calls sent before the change do not count again.
+func TestAdaptiveLatencyCuts(t *testing.T) {
+	a := newAdaptive(t, 1, 12, 12)
+	for range 3 {
+		a.sample(2*time.Second, 1000)
+	}
+	a.fill()
+	stale := a.clock.Now()
+	a.sample(3*time.Second, 1000) // ratio 1.5
+	a.sample(3*time.Second, 1000)
+	if a.limit() != 8 || a.state().LastChange != "latency: first bytes past the no-load baseline" {
+		t.Fatalf("limit %d (%s), want 12/1.5 = 8", a.limit(), a.state().LastChange)
+	}
+	// A sample of a call sent before the cut is stale.
+	a.lim.RecordFirstByte(context.Background(), akey, limiter.FirstByte{Sent: stale, After: 6 * time.Second, RequestBytes: 1000})
+	a.lim.RecordFirstByte(context.Background(), akey, limiter.FirstByte{Sent: stale, After: 6 * time.Second, RequestBytes: 1000})
+	if a.limit() != 8 {
+		t.Fatalf("stale samples moved the limit to %d", a.limit())
+	}
+	// A held slot is never revoked: 12 stay held under a limit of 8.
+	if s := a.lim.Snapshot().Lanes[0]; s.Inflight != 12 {
+		t.Fatalf("in flight %d", s.Inflight)
+	}
+}
+
+// Good samples while every slot is used: slow start doubles; after a cut,
+// one slot per window of as many good samples as the limit; a lane that
+// does not use its slots does not grow.
+func TestAdaptiveGrowth(t *testing.T) {
+	a := newAdaptive(t, 2, 16, 2)
+	for range 3 {
+		a.sample(2*time.Second, 1000)
+	}
+	a.releaseAll()
+	for range 4 { // not using its slots
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 2 {
+		t.Fatalf("an idle lane grew to %d", a.limit())
+	}
+	a.fill()
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 4 || a.state().LastChange != "slow start" {
+		t.Fatalf("slow start: %d (%s)", a.limit(), a.state().LastChange)
+	}
+	a.fill()
+	a.sample(2200*time.Millisecond, 1000) // ratio 1.1: a cut ends slow start
+	a.sample(2200*time.Millisecond, 1000)
+	if a.limit() != 3 {
+		t.Fatalf("after the cut: %d, want 3", a.limit())
+	}
+	a.fill()
+	for i := range 3 {
+		if a.limit() != 3 {
+			t.Fatalf("grew after %d good samples", i)
+		}
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 4 {
+		t.Fatalf("additive increase: %d, want 4", a.limit())
+	}
+}
+
+// A loss cuts the limit by LossFactor and holds increases one slot below
+// the limit that saw it for HoldOff; Retry-After holds longer.
+func TestAdaptiveLoss(t *testing.T) {
+	a := newAdaptive(t, 1, 16, 8)
+	for range 3 {
+		a.sample(2*time.Second, 1000)
+	}
+	a.fill()
+	sent := a.clock.Now()
+	a.clock.Advance(time.Second)
+	a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeRateLimited, Status: 429, Sent: sent})
+	if a.limit() != 6 || a.state().LastChange != "loss: rate_limited" || !a.state().CutByLoss {
+		t.Fatalf("after a 429: %d, %+v", a.limit(), a.state())
+	}
+	// Another loss of a call sent before the cut does not cut again.
+	a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeServerError, Status: 503, Sent: sent})
+	if a.limit() != 6 {
+		t.Fatalf("a stale loss cut to %d", a.limit())
+	}
+	grow := func(rounds int) {
+		for range rounds {
+			a.fill()
+			for range a.limit() {
+				a.sample(2*time.Second, 1000)
+			}
+		}
+	}
+	grow(4)
+	if a.limit() != 7 {
+		t.Fatalf("during the hold: %d, want at most 7 (one below the 8 that saw the loss)", a.limit())
+	}
+	a.clock.Advance(limiter.HoldOff)
+	grow(1)
+	if a.limit() != 8 {
+		t.Fatalf("after the hold: %d, want 8", a.limit())
+	}
+	// A Retry-After longer than the hold holds longer.
+	sent = a.clock.Now()
+	a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeRateLimited, Status: 429, Sent: sent, RetryAfter: 20 * time.Minute})
+	a.clock.Advance(limiter.HoldOff + time.Minute)
+	grow(3)
+	if a.limit() != 7 {
+		t.Fatalf("Retry-After 20 min: %d after 6 min, want held at 7", a.limit())
+	}
+}
+
+// The prompt's size alone does not move the limit: first bytes that take
+// longer for longer prompts, at no load, are compared with the baseline of
+// their size.
+func TestAdaptivePromptSize(t *testing.T) {
+	a := newAdaptive(t, 4, 16, 6)
+	ttfb := func(kb int) time.Duration { return time.Second + time.Duration(kb)*50*time.Millisecond }
+	// Sizes from 1 to 63 KiB, most of them within one octave of each
+	// other: their no-load first bytes differ by up to 4x, and by up to
+	// 40 % within the octave.
+	sizes := []int{33, 1, 39, 45, 51, 3, 57, 63, 36, 8, 42, 48, 54, 60, 16, 35}
+	for _, kb := range sizes[:3] {
+		a.sample(ttfb(kb), kb*1024)
+	}
+	a.fill()
+	for round := range 20 {
+		for _, kb := range sizes {
+			a.sample(ttfb(kb), kb*1024)
+		}
+		if a.limit() < 6 {
+			t.Fatalf("round %d: prompt sizes cut the limit to %d (%s)", round, a.limit(), a.state().LastChange)
+		}
+	}
+}
+
+// The reserve follows the limit: at limit 1 there is none, and the one
+// slot goes to whoever asks.
+func TestAdaptiveReserveClamped(t *testing.T) {
+	c := limitertest.NewClock(time.Unix(0, 0))
+	lim, _ := limiter.New(limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour, InteractiveReserve: 2,
+		Adaptive: &limiter.Adaptive{MinInflight: 1}}, limiter.WithClock(c))
+	ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), limiter.Bulk), time.Millisecond)
+	defer cancel()
+	s, err := lim.Acquire(ctx, akey)
+	if err != nil {
+		t.Fatalf("a bulk call at limit 1: %v", err)
+	}
+	if l := lim.Snapshot().Lanes[0]; l.Limit != 1 || l.Reserve != 0 {
+		t.Fatalf("limit %d reserve %d", l.Limit, l.Reserve)
+	}
+	s.Release()
+}
