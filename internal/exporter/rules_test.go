@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/dashboards"
 
+	"github.com/llmlanes/llmlanes/internal/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
@@ -88,6 +90,7 @@ targets: [{name: vera, url: "%s", interval: 1h}]
 	if err != nil {
 		t.Fatal(err)
 	}
+	families = append(families, sharedFamilies(t, up.srv.URL)...)
 	names := map[string]bool{}
 	for _, f := range families {
 		names[f.GetName()] = true
@@ -98,6 +101,46 @@ targets: [{name: vera, url: "%s", interval: 1h}]
 		}
 	}
 	return names
+}
+
+// sharedFamilies are the metrics of an exporter whose lanes are shared in
+// a real Redis, after one call: what only shared lanes export.
+func sharedFamilies(t *testing.T, upstream string) []*dto.MetricFamily {
+	r := redistest.Start(t)
+	r.WaitUptime(time.Second) // no grant in a Redis' first lease
+	cfg, err := ParseConfig("s.yaml", []byte(fmt.Sprintf(`
+limiter: {max_inflight: 2}
+upstreams: [{name: gw, base_url: "%s/v1"}]
+shared: {redis_url: "%s", lease_ttl: 1s}
+`, upstream, r.URL())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	srv, err := New(cfg, Options{Base: base, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	front := httptest.NewServer(srv.Handler())
+	defer front.Close()
+	res, err := http.Post(front.URL+"/proxy/gw/chat/completions", "application/json", strings.NewReader(chat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	held, err := srv.Limiter().Acquire(context.Background(), upstream+"/v1|protolabs/smart") // so that someone holds a slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	families, err := srv.Telemetry().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
 }
 
 // Every metric the alert rules use is one the exporter exports.
