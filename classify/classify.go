@@ -39,16 +39,22 @@ const (
 	// It points at neither the queue nor the gateway: it is listed, and
 	// the state is decided by the other reasons.
 	ReasonSharedDown = "shared_store_down"
+	// ReasonLimitCut: the lane's adaptive limit was cut by the gateway's
+	// loss signals (429, 5xx, stalls) in the last 5 minutes: a gateway
+	// reason.
+	ReasonLimitCut = "limit_cut"
 )
 
 // Reasons lists every reason, local ones first, for metrics.
 func Reasons() []string {
-	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonUpstreamErrors, ReasonRetries, ReasonSharedDown}
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
 }
 
 // IsGatewayReason reports whether reason r points at the gateway rather
 // than at the local queue.
-func IsGatewayReason(r string) bool { return r == ReasonUpstreamErrors || r == ReasonRetries }
+func IsGatewayReason(r string) bool {
+	return r == ReasonUpstreamErrors || r == ReasonRetries || r == ReasonLimitCut
+}
 
 // Thresholds tune Lane. DefaultThresholds documents the defaults.
 type Thresholds struct {
@@ -165,6 +171,9 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	}
 	if n.Retries >= th.Retries {
 		c.Reasons, gateway = append(c.Reasons, ReasonRetries), true
+	}
+	if l.Adaptive != nil && l.Adaptive.CutByLoss {
+		c.Reasons, gateway = append(c.Reasons, ReasonLimitCut), true
 	}
 	if l.Shared != nil && l.Shared.State != limiter.BackendOK {
 		c.Reasons = append(c.Reasons, ReasonSharedDown)

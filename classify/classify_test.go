@@ -168,3 +168,15 @@ func TestSharedStoreDown(t *testing.T) {
 		t.Fatalf("reasons %v with the store up", c.Reasons)
 	}
 }
+
+// An adaptive limit cut by the gateway's loss signals is a gateway reason.
+func TestLimitCut(t *testing.T) {
+	l := limiter.LaneSnapshot{Lane: lane, Limit: 3, Inflight: 1, Adaptive: &limiter.AdaptiveState{Min: 1, Max: 8, CutByLoss: true}}
+	if c := classify.Lane(l, classify.DefaultThresholds()); c.State != classify.GatewayDegraded || !reflect.DeepEqual(c.Reasons, []string{classify.ReasonLimitCut}) {
+		t.Fatalf("%+v", c)
+	}
+	l.Adaptive.CutByLoss = false
+	if c := classify.Lane(l, classify.DefaultThresholds()); c.State != classify.Healthy {
+		t.Fatalf("%+v", c)
+	}
+}

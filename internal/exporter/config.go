@@ -61,6 +61,15 @@ type LimiterConfig struct {
 	MaxInflight        int      `yaml:"max_inflight"`
 	QueueTimeout       Duration `yaml:"queue_timeout"`
 	InteractiveReserve *int     `yaml:"interactive_reserve"`
+	// Adaptive, when present, makes max_inflight the ceiling of a limit
+	// learned from the gateway (see limiter.Adaptive).
+	Adaptive *AdaptiveConfig `yaml:"adaptive"`
+}
+
+// AdaptiveConfig is limiter.adaptive.
+type AdaptiveConfig struct {
+	MinInflight int `yaml:"min_inflight"`
+	Initial     int `yaml:"initial"`
 }
 
 // Upstream is a gateway the proxy may reach, as /proxy/<name>/...
@@ -272,6 +281,14 @@ func (c *Config) check() error {
 	if r := c.Limiter.InteractiveReserve; r != nil && *r < 0 {
 		return keyErr("limiter.interactive_reserve", "is %d: want 0 or more", *r)
 	}
+	if a := c.Limiter.Adaptive; a != nil {
+		if a.MinInflight < 1 || a.MinInflight > c.Limiter.MaxInflight {
+			return keyErr("limiter.adaptive.min_inflight", "is %d: want 1 to max_inflight (%d), the ceiling", a.MinInflight, c.Limiter.MaxInflight)
+		}
+		if a.Initial != 0 && (a.Initial < a.MinInflight || a.Initial > c.Limiter.MaxInflight) {
+			return keyErr("limiter.adaptive.initial", "is %d: want 0 (min_inflight) or min_inflight to max_inflight", a.Initial)
+		}
+	}
 	if len(c.Upstreams) == 0 {
 		return keyErr("upstreams", "none configured: the proxy needs at least one {name, base_url}")
 	}
@@ -349,6 +366,9 @@ func (c *Config) limiterConfig() limiter.Config {
 	}
 	if c.Limiter.InteractiveReserve != nil {
 		lc.InteractiveReserve = *c.Limiter.InteractiveReserve
+	}
+	if a := c.Limiter.Adaptive; a != nil {
+		lc.Adaptive = &limiter.Adaptive{MinInflight: a.MinInflight, Initial: a.Initial}
 	}
 	return lc
 }

@@ -54,6 +54,8 @@ func TestConfigErrors(t *testing.T) {
 		{"metrics: {prefix: 9x}\n" + up, "metrics.prefix", "not starting with a digit"},
 		{"classification: {error_ratio: 2}\n" + up, "classification", "error_ratio is 2"},
 		{"classification: {clear_after: -5s}\n" + up, "classification", "clear_after is -5s"},
+		{"limiter: {max_inflight: 4, adaptive: {min_inflight: 0}}\n" + up, "limiter.adaptive.min_inflight", "is 0: want 1 to max_inflight (4)"},
+		{"limiter: {max_inflight: 4, adaptive: {min_inflight: 2, initial: 9}}\n" + up, "limiter.adaptive.initial", "is 9"},
 		{"targets: [{name: a, url: \"not a url\"}]\n" + up, "targets[0].url", "want the http URL"},
 		{"limiter: [1, 2]\n" + up, "", "line 1: want a mapping of keys to values, got a list"},
 	} {
