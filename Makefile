@@ -50,7 +50,7 @@ vet:
 bench: tools
 	$(GO) run ./internal/benchreport $(BENCHFLAGS) -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
 
-## replay: regenerate docs/INCIDENT-REPLAY.md and its timelines (the simulated replays are
+## replay: regenerate docs/INCIDENT-REPLAY.md, docs/ADAPTIVE.md and their charts (the simulated replays are
 ## exact; -http adds the real-HTTP replay, about 30 s)
 replay:
 	$(GO) run ./examples/incident-replay -out docs -http

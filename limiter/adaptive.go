@@ -28,24 +28,38 @@ import (
 //     increases for as long as it asks.
 //
 // A sample counts only if its call was sent after the limit last changed:
-// calls sent before reflect the old limit. Decisions use the median of
-// the fresh samples, from at least Window of them:
+// calls sent before reflect the old limit. Decisions look at the last
+// three fresh samples:
 //
-//   - Latency above tolerance: the limit drops to limit / ratio (at least
-//     one slot), toward the point where the gateway stops slowing down;
-//     this is the gradient of Netflix's concurrency-limits and Envoy's
-//     adaptive concurrency.
+//   - Latency above tolerance: when the lower median of at least Window
+//     fresh samples is past 1 + Tolerance, or one sample is past Severe
+//     (a quarter over the baseline: a gateway that lost half its capacity
+//     may not finish another call for minutes, so no second sample would
+//     come), the limit drops toward the point where the gateway stops
+//     slowing down, scaled from the load the samples' calls were sent
+//     into. limit / ratio is the gradient of Netflix's concurrency-limits
+//     and Envoy's adaptive concurrency; here, as only part of a first
+//     byte's time grows with load (the tokens, not the prompt's
+//     processing), load / (1 + 2(ratio - 1)) (see cut). Increases then
+//     stop one slot below the limit that was too many for LatencyHold
+//     (1 minute).
 //   - Loss: the limit is multiplied by LossFactor (0.75), and increases
-//     stop one slot below the limit that saw the loss for HoldOff (5
-//     minutes), so a gateway that answers 429 above a threshold is probed
-//     only every few minutes, not in a retry storm. A 429 is the gateway
-//     saying what its capacity is; Vector's ARC users found that treating
-//     it as noise misbehaves.
-//   - Latency within tolerance while the lane uses its slots (calls
-//     queued, or every slot held): the limit grows, doubling from the start
-//     until the first cut (slow start, as in TCP), then one slot per
-//     window of good samples (additive increase). A lane that does not use
-//     its slots learns nothing about more of them, so it does not grow.
+//     stop one slot below the load the lost call was sent into, for
+//     HoldOff (5 minutes) or the Retry-After if longer, so a gateway that
+//     answers 429 above a threshold is probed once every few minutes, not
+//     in a retry storm; a loss at that one-slot probe goes straight back to
+//     the limit below it. A 429 is the gateway saying what its capacity is;
+//     Vector's ARC users found that treating it as noise misbehaves.
+//   - Latency within tolerance with every slot in use (when the call was
+//     sent and when its first byte came): the limit grows, doubling from
+//     the start until the first cut (slow start, as in TCP), then one slot
+//     for each Window such first bytes since the last change (additive
+//     increase: each slot added is checked by calls it let through). A
+//     lane that does not use its slots learns nothing about more of them,
+//     so it does not grow. With a reserve and no interactive call in
+//     flight, the reserved slot stays free, so the slot past the gateway's
+//     capacity is found too many when an interactive call takes it: the
+//     limit settles at the capacity and, every LatencyHold or so, one above.
 //
 // Until the lane has a baseline it admits MinInflight calls (the probe),
 // so the first first-byte times are no-load ones; then the limit starts at
@@ -65,11 +79,23 @@ const (
 	Tolerance = 0.05
 	// LossFactor multiplies the limit on a loss signal.
 	LossFactor = 0.75
-	// HoldOff is how long increases stay one slot below the limit that saw
-	// a loss.
+	// HoldOff is how long increases stay one slot below the load a lost
+	// call was sent into.
 	HoldOff = 5 * time.Minute
+	// LatencyHold is how long increases stay one slot below a limit that
+	// latency cut: long enough that a lane at its capacity does not probe
+	// one slot above it every few calls (each probe that fails leaves one
+	// call too many in flight, which the next interactive call waits for),
+	// short enough to find capacity that comes back.
+	LatencyHold = time.Minute
 	// Window is the fewest fresh samples a decision takes.
 	Window = 2
+	// Severe is the ratio to the baseline at which one fresh first byte
+	// cuts at once: a gateway that lost half its capacity may not finish
+	// another call for minutes (long generations hold their slots, so
+	// nothing new is sent), and waiting for a second sample would keep it
+	// at twice its load all that time.
+	Severe = 1.25
 	// probeSamples is how many first-byte times the probe collects.
 	probeSamples     = 3
 	bucketsPerOctave = 16
@@ -98,8 +124,10 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	eff := ln.effLocked(cfg)
-	busy := ln.q.n > 0 || ln.waiting != [3]int{} || ln.inflight >= eff.MaxInflight
-	if ln.adapt.firstByte(l.clock.Now(), fb, busy) {
+	// Using its slots: every one held. (Waiters alone are not enough: with
+	// only non-interactive work waiting, the reserved slot stays free.)
+	busy := ln.inflight >= eff.MaxInflight
+	if ln.adapt.firstByte(l.clock.Now(), fb, ln.inflight, busy) {
 		ln.dispatchLocked(l.clock.Now())
 	}
 }
@@ -116,12 +144,43 @@ type controller struct {
 	good      int       // fresh samples within tolerance
 	holdAt    int       // increases stop here until holdUntil
 	holdUntil time.Time
+	lossHeld  int // the limit the latest loss held increases at
 	reason    string
 	reasonAt  time.Time
 	lossAt    time.Time
 	base      map[int]*baseline // by request size bucket
 	lastBase  time.Duration     // the baseline of the latest sample's size
 	eff       Config            // the config with the limit in force
+	// loads is the lane's calls in flight after each of its last changes,
+	// so that a first byte is judged by the load its call was sent into.
+	loads     [64]loadAt
+	nload     int
+	sentLoad  int   // the highest load the window's calls were sent into
+	loadsSent []int // the load each fresh sample's call was sent into
+}
+
+type loadAt struct {
+	at time.Time
+	n  int
+}
+
+func (c *controller) logLoad(now time.Time, n int) {
+	c.loads[c.nload%len(c.loads)] = loadAt{now, n}
+	c.nload++
+}
+
+// loadAt returns the calls in flight just after t (the send counted), as
+// far back as the log goes; def if it does not.
+func (c *controller) loadAt(t time.Time, def int) int {
+	n := def
+	for i := 1; i <= min(c.nload, len(c.loads)); i++ {
+		e := c.loads[(c.nload-i)%len(c.loads)]
+		if e.at.After(t) {
+			continue
+		}
+		return max(e.n, 1)
+	}
+	return n
 }
 
 // baseline is the smallest first-byte time of one size bucket over the
@@ -174,53 +233,105 @@ func (c *controller) current() int {
 func (c *controller) change(now time.Time, limit int, reason string) bool {
 	limit = max(max(1, c.set.MinInflight), min(c.max, limit))
 	raised := limit > c.current()
-	c.limit, c.changed, c.fresh, c.good = limit, now, c.fresh[:0], 0
+	c.limit, c.changed, c.fresh, c.loadsSent, c.good = limit, now, c.fresh[:0], c.loadsSent[:0], 0
 	c.reason, c.reasonAt = reason, now
 	return raised
 }
 
 // firstByte takes one sample; it reports whether the limit went up.
-func (c *controller) firstByte(now time.Time, fb FirstByte, busy bool) bool {
+// inflight is the lane's calls in flight now: the load the first byte
+// met, as far as this lane knows.
+func (c *controller) firstByte(now time.Time, fb FirstByte, inflight int, busy bool) bool {
 	k := bucket(fb.RequestBytes)
 	b := c.base[k]
 	if b == nil {
 		b = &baseline{}
 		c.base[k] = b
 	}
+	// The reference: this size's baseline, or, for the first call of its
+	// size, a neighbouring size's (within 1/16 of an octave more or less,
+	// where no-load times differ by a few percent at most).
+	base, known := b.get(now)
+	for _, n := range []int{k - 1, k + 1} {
+		if nb := c.base[n]; nb != nil && !known {
+			base, known = nb.get(now)
+		}
+	}
 	b.add(now, fb.After)
-	base, _ := b.get(now)
+	if !known {
+		base, _ = b.get(now)
+	}
 	c.lastBase = base
 	if fb.Sent.Before(c.changed) {
 		return false // stale: sent under the old limit
 	}
+	if !c.probing {
+		// Past the probe, a sample speaks for the current limit only if
+		// its call was sent with every slot in use: a good first byte of a
+		// call sent into a half-empty lane says nothing about one more.
+		busy = c.loadAt(fb.Sent, inflight) >= c.current()
+	}
+	if !known && !c.probing {
+		// Nothing to compare it with: it only sets a baseline, but in slow
+		// start, with every slot in use, it stands for a good one (the
+		// next known sizes correct a wrong guess).
+		if c.slowStart && busy {
+			c.good++
+			if c.good >= Window {
+				return c.change(now, c.capped(now, 2*c.current()), "slow start")
+			}
+		}
+		return false
+	}
 	if c.probing {
 		c.fresh = append(c.fresh, 1)
-		if len(c.fresh) < probeSamples {
+		if busy {
+			c.good++
+		}
+		if len(c.fresh) < min(probeSamples, max(1, c.set.MinInflight)) {
 			return false
 		}
 		c.probing = false
-		return c.change(now, orDefault(c.set.Initial, c.set.MinInflight), "probe done: the no-load first-byte time is known")
+		if initial := orDefault(c.set.Initial, c.set.MinInflight); initial > c.limit {
+			return c.change(now, initial, "probe done: the no-load first-byte time is known; starting at initial")
+		}
+		// Starting from the floor: the probe's calls, sent with every slot
+		// in use, are the first window of slow start.
+		if c.good >= min(Window, c.limit) {
+			return c.change(now, c.capped(now, 2*c.limit), "probe done; slow start")
+		}
+		return c.change(now, c.limit, "probe done: the no-load first-byte time is known")
 	}
 	r := 1.0
 	if base > 0 {
 		r = float64(fb.After) / float64(base)
 	}
+	// The decision looks at the latest fresh samples (a sliding window of
+	// three), and a cut scales the load their calls were sent into.
 	c.fresh = append(c.fresh, r)
+	c.loadsSent = append(c.loadsSent, c.loadAt(fb.Sent, inflight))
+	if len(c.fresh) > 3 {
+		c.fresh, c.loadsSent = c.fresh[1:], c.loadsSent[1:]
+	}
+	c.sentLoad = slices.Max(c.loadsSent)
 	if r <= 1+Tolerance && busy {
 		c.good++
 	}
-	if len(c.fresh) < Window {
-		return false
-	}
-	med := median(c.fresh)
 	limit := c.current()
 	switch {
-	case med > 1+Tolerance:
-		c.slowStart = false
-		return c.change(now, min(limit-1, int(float64(limit)/med)), "latency: first bytes past the no-load baseline")
+	case len(c.fresh) >= Window && median(c.fresh) > 1+Tolerance:
+		c.hold(now, limit-1, LatencyHold)
+		return c.change(now, min(limit-1, cut(min(limit, c.sentLoad), median(c.fresh))), "latency: first bytes past the no-load baseline")
+	case r >= Severe:
+		c.hold(now, limit-1, LatencyHold)
+		return c.change(now, min(limit-1, cut(min(limit, c.loadsSent[len(c.loadsSent)-1]), r)), "latency: a first byte far past the no-load baseline")
+	case r > 1+Tolerance || !busy:
+		return false
 	case c.slowStart && c.good >= Window:
 		return c.change(now, c.capped(now, 2*limit), "slow start")
-	case c.good >= max(Window, limit):
+	case !c.slowStart && c.good >= Window:
+		// Each slot added is checked by first bytes of calls sent with
+		// every slot in use: Window good ones earn the next.
 		return c.change(now, c.capped(now, limit+1), "latency within tolerance while every slot is used")
 	}
 	return false
@@ -229,9 +340,17 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, busy bool) bool {
 // capped bounds an increase by the hold after a loss.
 func (c *controller) capped(now time.Time, want int) int {
 	if now.Before(c.holdUntil) {
-		return max(c.current(), min(want, c.holdAt))
+		want = min(want, c.holdAt)
 	}
-	return want
+	return max(c.current(), want)
+}
+
+// hold ends slow start and stops increases at limit (at least one slot)
+// for d: a limit that was too many is not tried again before d has passed.
+// The latest hold replaces any earlier one.
+func (c *controller) hold(now time.Time, limit int, d time.Duration) {
+	c.slowStart = false
+	c.holdAt, c.holdUntil = max(1, limit), now.Add(d)
 }
 
 // loss takes a loss signal from an exchange sent at sent.
@@ -240,10 +359,29 @@ func (c *controller) loss(now, sent time.Time, o Outcome, retryAfter time.Durati
 		return
 	}
 	limit := c.current()
-	c.slowStart = false
-	c.holdAt, c.holdUntil = max(1, limit-1), now.Add(max(HoldOff, retryAfter))
+	next := int(float64(limit) * LossFactor)
+	if c.lossHeld != 0 && limit == c.lossHeld+1 {
+		// The probe one slot past a loss hold failed: the slot below it
+		// served without loss for HoldOff; go back there.
+		next = c.lossHeld
+	}
+	// The load the lost call was sent into was too many.
+	at := min(limit, c.loadAt(sent, limit)) - 1
+	c.hold(now, at, max(HoldOff, retryAfter))
+	c.lossHeld = at
+	next = min(next, at)
 	c.lossAt = now
-	c.change(now, int(float64(limit)*LossFactor), "loss: "+o.String())
+	c.change(now, next, "loss: "+o.String())
+}
+
+// cut is the limit a lane with load calls in flight whose first bytes run
+// ratio times the baseline drops to. Past a gateway's capacity c, its first bytes grow as
+// (F + T·a/c) / (F + T): only the token time T grows with the calls in
+// progress a, not the fixed part F (prompt processing). Taking T to be
+// half of the no-load time, c = a / (1 + 2(ratio - 1)); where T is more,
+// the cut falls below the capacity and the increases win the rest back.
+func cut(load int, ratio float64) int {
+	return int(float64(load) / (1 + 2*(ratio-1)))
 }
 
 func orDefault(a, b int) int {
@@ -253,10 +391,12 @@ func orDefault(a, b int) int {
 	return b
 }
 
+// median is the lower median: of two, the smaller, so that a cut takes
+// two slow first bytes, not one.
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[(len(s)-1)/2]
 }
 
 // effLocked returns the settings lane l decides with: cfg itself, or with

@@ -93,27 +93,37 @@ func TestAdaptiveLatencyCuts(t *testing.T) {
 		a.sample(2*time.Second, 1000)
 	}
 	a.fill()
-	stale := a.clock.Now()
-	a.sample(3*time.Second, 1000) // ratio 1.5
-	a.sample(3*time.Second, 1000)
+	a.sample(2400*time.Millisecond, 1000) // ratio 1.2: one such sample does not cut
+	if a.limit() != 12 {
+		t.Fatalf("one first byte 1.2 times the baseline cut to %d", a.limit())
+	}
+	a.sample(2400*time.Millisecond, 1000)
+	// Two, sent into a load of 12: cut to 12 / (1 + 2 × 0.2) = 8.
 	if a.limit() != 8 || a.state().LastChange != "latency: first bytes past the no-load baseline" {
-		t.Fatalf("limit %d (%s), want 12/1.5 = 8", a.limit(), a.state().LastChange)
+		t.Fatalf("limit %d (%s), want 12 / (1 + 2 × 0.2) = 8", a.limit(), a.state().LastChange)
+	}
+	// A first byte Severe times the baseline cuts on its own: sent into
+	// a load of 8 (12 held, the limit 8), ratio 1.5: to 8 / 2 = 4.
+	stale := a.clock.Now()
+	a.sample(3*time.Second, 1000)
+	if a.limit() != 4 || a.state().LastChange != "latency: a first byte far past the no-load baseline" {
+		t.Fatalf("limit %d (%s), want 8 / (1 + 2 × 0.5) = 4", a.limit(), a.state().LastChange)
 	}
 	// A sample of a call sent before the cut is stale.
 	a.lim.RecordFirstByte(context.Background(), akey, limiter.FirstByte{Sent: stale, After: 6 * time.Second, RequestBytes: 1000})
 	a.lim.RecordFirstByte(context.Background(), akey, limiter.FirstByte{Sent: stale, After: 6 * time.Second, RequestBytes: 1000})
-	if a.limit() != 8 {
+	if a.limit() != 4 {
 		t.Fatalf("stale samples moved the limit to %d", a.limit())
 	}
-	// A held slot is never revoked: 12 stay held under a limit of 8.
+	// A held slot is never revoked: 12 stay held under a limit of 4.
 	if s := a.lim.Snapshot().Lanes[0]; s.Inflight != 12 {
 		t.Fatalf("in flight %d", s.Inflight)
 	}
 }
 
 // Good samples while every slot is used: slow start doubles; after a cut,
-// one slot per window of as many good samples as the limit; a lane that
-// does not use its slots does not grow.
+// one slot per good fresh sample; a lane that does not use its slots does
+// not grow.
 func TestAdaptiveGrowth(t *testing.T) {
 	a := newAdaptive(t, 2, 16, 2)
 	for range 3 {
@@ -133,20 +143,38 @@ func TestAdaptiveGrowth(t *testing.T) {
 		t.Fatalf("slow start: %d (%s)", a.limit(), a.state().LastChange)
 	}
 	a.fill()
-	a.sample(2200*time.Millisecond, 1000) // ratio 1.1: a cut ends slow start
+	a.sample(2200*time.Millisecond, 1000) // ratio 1.1 at a load of 4: a cut ends slow start
 	a.sample(2200*time.Millisecond, 1000)
 	if a.limit() != 3 {
-		t.Fatalf("after the cut: %d, want 3", a.limit())
+		t.Fatalf("after the cut: %d, want 4 / 1.2 = 3", a.limit())
 	}
-	a.fill()
-	for i := range 3 {
-		if a.limit() != 3 {
-			t.Fatalf("grew after %d good samples", i)
-		}
+	// For LatencyHold, no increase past 3 (one below the 4 that was too
+	// many).
+	for range 4 {
+		a.fill()
 		a.sample(2*time.Second, 1000)
 	}
+	if a.limit() != 3 {
+		t.Fatalf("grew during the latency hold: %d", a.limit())
+	}
+	a.clock.Advance(limiter.LatencyHold)
+	// Additive increase: Window good first bytes of calls sent since the
+	// last change, with every slot in use, add one slot.
+	a.fill()
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 3 {
+		t.Fatalf("grew after one good sample: %d", a.limit())
+	}
+	a.sample(2*time.Second, 1000)
 	if a.limit() != 4 {
 		t.Fatalf("additive increase: %d, want 4", a.limit())
+	}
+	a.fill()
+	a.sample(2300*time.Millisecond, 1000) // one slow first byte among good ones does not cut
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 5 {
+		t.Fatalf("after one slow and two good samples: %d, want 5", a.limit())
 	}
 }
 
@@ -169,30 +197,45 @@ func TestAdaptiveLoss(t *testing.T) {
 	if a.limit() != 6 {
 		t.Fatalf("a stale loss cut to %d", a.limit())
 	}
-	grow := func(rounds int) {
-		for range rounds {
+	grow := func(samples int) {
+		for range samples {
 			a.fill()
-			for range a.limit() {
-				a.sample(2*time.Second, 1000)
-			}
+			a.sample(2*time.Second, 1000)
 		}
 	}
-	grow(4)
+	grow(10)
 	if a.limit() != 7 {
-		t.Fatalf("during the hold: %d, want at most 7 (one below the 8 that saw the loss)", a.limit())
+		t.Fatalf("during the hold: %d, want 7 (one below the 8 that saw the loss)", a.limit())
 	}
 	a.clock.Advance(limiter.HoldOff)
-	grow(1)
+	grow(3) // the baseline aged out with the 5 minutes: the first sample sets it again
 	if a.limit() != 8 {
 		t.Fatalf("after the hold: %d, want 8", a.limit())
 	}
-	// A Retry-After longer than the hold holds longer.
+	// The probe one past the hold fails (a 429 of a call sent into a load
+	// of 8): back to the 7 that served without loss, not 8 × 0.75; a
+	// Retry-After longer than the hold holds longer.
+	a.fill()
 	sent = a.clock.Now()
 	a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeRateLimited, Status: 429, Sent: sent, RetryAfter: 20 * time.Minute})
+	if a.limit() != 7 {
+		t.Fatalf("a failed probe: %d, want back to 7", a.limit())
+	}
 	a.clock.Advance(limiter.HoldOff + time.Minute)
-	grow(3)
+	grow(10)
 	if a.limit() != 7 {
 		t.Fatalf("Retry-After 20 min: %d after 6 min, want held at 7", a.limit())
+	}
+	// A loss holds one slot below the load the lost call was sent into,
+	// not below the limit: 4 in flight under a limit of 7, a 429: held
+	// at 3.
+	a.clock.Advance(20 * time.Minute)
+	a.releaseAll()
+	a.hold(4)
+	sent = a.clock.Now()
+	a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeRateLimited, Status: 429, Sent: sent})
+	if a.limit() != 3 {
+		t.Fatalf("a 429 at a load of 4: %d, want 3", a.limit())
 	}
 }
 

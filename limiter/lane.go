@@ -155,6 +155,9 @@ func (l *lane) dispatchLocked(now time.Time) {
 // takeLocked counts a new holder of class p and returns its hold.
 func (l *lane) takeLocked(p Priority) *hold {
 	l.inflight++
+	if l.adapt != nil {
+		l.adapt.logLoad(l.lim.clock.Now(), l.inflight)
+	}
 	if p != Interactive {
 		l.others++
 	}
@@ -335,6 +338,9 @@ func (l *lane) release(h *hold, gen uint64) {
 	p, lease := h.prio, h.lease
 	h.lease = nil
 	l.inflight--
+	if l.adapt != nil {
+		l.adapt.logLoad(l.lim.clock.Now(), l.inflight)
+	}
 	if p != Interactive {
 		l.others--
 	}

@@ -1,7 +1,8 @@
 // Command incident-replay replays the #209 incident of ADR-0115 and the
 // risks the ADR names (two processes on one gateway, a gateway that
 // degrades) in virtual time, and writes the report, INCIDENT-REPLAY.md,
-// with a timeline picture per scenario:
+// with a timeline picture per scenario, and the adaptive limit's report,
+// ADAPTIVE.md, with a chart of the limit per adaptive run:
 //
 //	go run ./examples/incident-replay                 # into a new temporary directory
 //	go run ./examples/incident-replay -out docs -http # what make replay runs
@@ -54,11 +55,16 @@ func main() {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		log.Fatal(err)
 	}
+	ab, err := replay.RunAdaptive()
+	if err != nil {
+		log.Fatal(err)
+	}
 	files := b.Files()
+	maps.Copy(files, ab.Files())
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
 			log.Fatal(err)
 		}
 	}
-	fmt.Fprintln(os.Stderr, "wrote", filepath.Join(dir, "INCIDENT-REPLAY.md"), "and its timelines")
+	fmt.Fprintln(os.Stderr, "wrote", filepath.Join(dir, "INCIDENT-REPLAY.md"), "and", filepath.Join(dir, "ADAPTIVE.md"), "with their charts")
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/dashboards"
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+	"github.com/llmlanes/llmlanes/internal/redistest"
 )
 
 // A real Prometheus (Debian's, installed by `make tools`) scrapes a
@@ -32,7 +33,9 @@ import (
 // `for` shortened to 5 s, rewritten from alerts/llmlanes.rules.yml) load
 // with health ok; LLMLanesLaneSaturated and LLMLanesGatewayDegraded reach
 // pending or firing, each for the right lane; and every dashboard query
-// returns data.
+// returns data: a second exporter, whose lanes are shared in a real Redis
+// and whose limit is adaptive, is scraped too, for the panels of shared
+// and adaptive lanes.
 func TestPrometheusEndToEnd(t *testing.T) {
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -75,6 +78,7 @@ targets: [{name: vera, url: "%s", interval: 1s}]
 		t.Fatal(err)
 	}
 	defer l.Shutdown(context.Background())
+	shared := startShared(t, hs.URL)
 
 	// The load: six workers keep the healthy lane's queue full; one worker
 	// calls the failing gateway every 300 ms and retries its 5xx once.
@@ -133,8 +137,8 @@ global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [rules.yml]
 scrape_configs:
   - job_name: lanes-exporter
-    static_configs: [{targets: ["%s"]}]
-`, l.Addr)), 0o644)
+    static_configs: [{targets: ["%s", "%s"]}]
+`, l.Addr, shared)), 0o644)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	promAddr := ln.Addr().String()
 	ln.Close()
@@ -252,4 +256,42 @@ scrape_configs:
 			}
 		}
 	}
+}
+
+// startShared starts a lanes-exporter whose lanes are shared in a real
+// Redis and whose limit is adaptive, holding one slot of the lane in front
+// of upstream for the rest of the test (so that the holders' panel has a
+// holder at every scrape), and returns its address.
+func startShared(t *testing.T, upstream string) string {
+	r := redistest.Start(t)
+	r.WaitUptime(time.Second) // no grant in a Redis' first lease
+	cfg, err := ParseConfig("shared.yaml", []byte(fmt.Sprintf(`
+limiter: {max_inflight: 3, adaptive: {min_inflight: 1}}
+upstreams: [{name: healthy, base_url: "%s/v1"}]
+shared: {redis_url: "%s", lease_ttl: 1s}
+`, upstream, r.URL())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Start(srv, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Shutdown(context.Background()) })
+	res, err := http.Post("http://"+l.Addr+"/proxy/healthy/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	held, err := srv.Limiter().Acquire(context.Background(), upstream+"/v1|m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(held.Release)
+	return l.Addr
 }

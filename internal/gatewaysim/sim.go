@@ -36,8 +36,11 @@ type Config struct {
 	TokenTime time.Duration `json:"token_time"`
 	// Tokens is the length of an answer, in tokens.
 	Tokens int `json:"tokens"`
-	// FirstTokenDelay is added before the first token (prompt processing).
+	// FirstTokenDelay is added before the first token (prompt processing),
+	// and PromptTime more per KiB of request body: a long prompt takes
+	// longer to its first token even on an idle gateway.
 	FirstTokenDelay time.Duration `json:"first_token_delay"`
+	PromptTime      time.Duration `json:"prompt_time"`
 	// Faults, as shares of requests from 0 to 1.
 	RateLimited float64 `json:"rate_limited"`
 	ServerError float64 `json:"server_error"`
@@ -64,6 +67,12 @@ func DefaultConfig() Config {
 // sharing). Each token's time is set when it starts.
 func (c *Config) TokenDelay(active int) time.Duration {
 	return time.Duration(float64(c.TokenTime) * max(1, float64(active)/float64(max(1, c.Capacity))))
+}
+
+// FirstTokenAfter is the wait before the first token of a request of
+// bodyBytes, at no load: FirstTokenDelay plus PromptTime per KiB.
+func (c *Config) FirstTokenAfter(bodyBytes int) time.Duration {
+	return c.FirstTokenDelay + time.Duration(float64(c.PromptTime)*float64(bodyBytes)/1024)
 }
 
 // Stats are the gateway's counters since it started.
@@ -201,10 +210,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "reset":
 		g.count(func(s *Stats) { s.Resets++ })
-		g.generate(w, r, req.Model, req.Stream, c, true)
+		g.generate(w, r, req.Model, req.Stream, len(body), c, true)
 		return
 	}
-	g.generate(w, r, req.Model, req.Stream, c, false)
+	g.generate(w, r, req.Model, req.Stream, len(body), c, false)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -215,7 +224,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // generate produces an answer token by token, sharing the capacity with the
 // other requests in progress. With reset it breaks the connection halfway.
-func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string, stream bool, c *Config, reset bool) {
+func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string, stream bool, bodyBytes int, c *Config, reset bool) {
 	g.count(func(s *Stats) {
 		s.Active++
 		s.Peak = max(s.Peak, s.Active)
@@ -258,7 +267,7 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string,
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}
-	if !wait(c.FirstTokenDelay + slow()) {
+	if !wait(c.FirstTokenAfter(bodyBytes) + slow()) {
 		return
 	}
 	var text strings.Builder

@@ -29,6 +29,7 @@ type exchange struct {
 	end    func(full bool) // the answer ended: full, or cut by the gateway
 	gone   bool            // the client left; the gateway works on
 	dead   bool            // the gateway stopped working on it
+	bytes  int             // the request body's size
 }
 
 func newGateway(e *engine, cfg gatewaysim.Config) *gateway {
@@ -65,7 +66,7 @@ func (g *gateway) send(x *exchange, retry bool) {
 	g.active = append(g.active, x)
 	g.st.Active = len(g.active)
 	g.st.Peak = max(g.st.Peak, g.st.Active)
-	g.e.after(g.cfg.FirstTokenDelay+g.cfg.TokenDelay(len(g.active)), func() { g.tick(x, 0) })
+	g.e.after(g.cfg.FirstTokenAfter(x.bytes)+g.cfg.TokenDelay(len(g.active)), func() { g.tick(x, 0) })
 }
 
 func (g *gateway) tick(x *exchange, i int) {

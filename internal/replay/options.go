@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/classify"
+	"github.com/llmlanes/llmlanes/limiter"
 )
 
 // Scenarios of the incident, in report order. Run takes these names, and
@@ -68,6 +69,31 @@ type Options struct {
 	// timeline sampled.
 	PollEvery  time.Duration
 	Thresholds classify.Thresholds
+
+	// Adaptive, with "lanes", makes the lane's limit adaptive, Limit its
+	// ceiling (see limiter.Adaptive); nil: Limit is fixed.
+	Adaptive *limiter.Adaptive
+	// NoPriorities puts every call in one class in the lane, with no
+	// reserve: a limiter without a priority queue.
+	NoPriorities bool
+	// Request bodies: ChatBytes, CoderBytes and FinderBytes by class, each
+	// call's drawn within PromptJitter (a share) of it; the gateway takes
+	// PromptTime per KiB before the first token, at no load.
+	ChatBytes, CoderBytes, FinderBytes int
+	PromptJitter                       float64
+	PromptTime                         time.Duration
+	// RejectAbove makes the gateway answer 429 at once to a call that
+	// arrives with this many in progress (any set-up; "gateway-429" uses
+	// Limit).
+	RejectAbove int
+	// CapacityChanges change the gateway's capacity as the run goes.
+	CapacityChanges []CapacityChange
+}
+
+// CapacityChange sets the gateway's capacity at a time.
+type CapacityChange struct {
+	At       time.Duration
+	Capacity int
 }
 
 // Incident returns the #209 incident with the ADR's settings: a gateway of
@@ -130,6 +156,29 @@ func (o Options) Parameters(w io.Writer) {
 		p("fault", "from %s to %s: answers in progress break off at the start, then %.0f%% of calls get a 503",
 			o.FaultStart, o.FaultEnd, 100*o.FaultShare)
 	}
+	if o.Adaptive != nil {
+		p("adaptive limit", "between min_inflight %d and max_inflight %d, starting at %d after the probe", o.Adaptive.MinInflight, o.Limit, orMin(o.Adaptive))
+	}
+	if o.NoPriorities {
+		p("priorities", "none: every call in one class, no reserve")
+	}
+	if o.ChatBytes > 0 {
+		p("prompts", "chat %d, coder %d, finder %d bytes, each within ±%.0f%%; the gateway takes %s per KiB before the first token",
+			o.ChatBytes, o.CoderBytes, o.FinderBytes, 100*o.PromptJitter, o.PromptTime)
+	}
+	if o.RejectAbove > 0 {
+		p("gateway limit", "429 at once to a call arriving with %d in progress", o.RejectAbove)
+	}
+	for _, c := range o.CapacityChanges {
+		p("capacity change", "%d at %s", c.Capacity, c.At)
+	}
 	p("classification", "polled every %s; wait_p90 %s, upstream_errors %d at %.0f%% of exchanges, retries %d (5-minute windows)",
 		o.PollEvery, o.Thresholds.WaitP90, o.Thresholds.UpstreamErrors, 100*o.Thresholds.ErrorRatio, o.Thresholds.Retries)
+}
+
+func orMin(a *limiter.Adaptive) int {
+	if a.Initial > 0 {
+		return a.Initial
+	}
+	return a.MinInflight
 }

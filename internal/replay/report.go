@@ -64,6 +64,9 @@ type Sample struct {
 	// gateway was failing (the ground truth).
 	GatewayVerdict bool
 	Fault          bool
+	// Limit is the lane's limit in force (0 without lanes); Capacity the
+	// gateway's.
+	Limit, Capacity int
 }
 
 // Point is a value at a simulated time.

@@ -34,6 +34,7 @@ type sim struct {
 	panels []panel
 	open   int                     // calls not yet finished
 	queued map[*call]time.Duration // calls waiting for a slot, and since when
+	rng    *rand.Rand              // prompt sizes
 }
 
 type panel struct {
@@ -52,6 +53,7 @@ type call struct {
 	attempt int
 	sent    bool   // an attempt reached the gateway
 	then    func() // runs when the call has finished
+	bytes   int    // its request body
 }
 
 // Run replays scenario (one of Scenarios, or "shared-exporter") with o in
@@ -63,14 +65,18 @@ func Run(scenario string, o Options) (Report, error) {
 	}
 	e := newEngine()
 	gcfg := gatewaysim.Config{Capacity: o.Capacity, Tokens: o.Tokens, TokenTime: o.TokenTime, FirstTokenDelay: o.FirstTokenDelay, Seed: o.Seed}
-	s := &sim{e: e, o: o, r: newReport(scenario, o), queued: map[*call]time.Duration{}}
+	s := &sim{e: e, o: o, r: newReport(scenario, o), queued: map[*call]time.Duration{}, rng: rand.New(rand.NewPCG(o.Seed, 77))}
+	gcfg.PromptTime, gcfg.RejectAbove = o.PromptTime, o.RejectAbove
 	var shared limiter.Config
 	switch scenario {
 	case "no-limiter":
 	case "gateway-429":
 		gcfg.RejectAbove = o.Limit
 	case "lanes":
-		shared = limiter.Config{MaxInflight: o.Limit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout}
+		shared = limiter.Config{MaxInflight: o.Limit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout, Adaptive: o.Adaptive}
+		if o.NoPriorities {
+			shared.InteractiveReserve = 0
+		}
 	case "shared-exporter":
 		if o.SharedLimit < 1 {
 			return Report{}, fmt.Errorf("replay: shared-exporter needs Options.SharedLimit")
@@ -108,6 +114,9 @@ func Run(scenario string, o Options) (Report, error) {
 		}
 	}
 	s.load()
+	for _, c := range o.CapacityChanges {
+		e.at(c.At, func() { s.gw.cfg.Capacity = c.Capacity })
+	}
 	if o.FaultEnd > o.FaultStart {
 		e.at(o.FaultStart, func() {
 			s.gw.cut()
@@ -174,6 +183,8 @@ func (s *sim) load() {
 
 func (s *sim) begin(c *call) {
 	c.start = s.e.now()
+	size := map[string]int{"interactive": s.o.ChatBytes, "default": s.o.CoderBytes, "bulk": s.o.FinderBytes}[c.class]
+	c.bytes = max(1, int(float64(size)*(1+s.o.PromptJitter*(2*s.rng.Float64()-1))))
 	s.open++
 	s.r.class(c.class).Calls++
 	s.try(c)
@@ -190,7 +201,11 @@ func (s *sim) try(c *call) {
 	}
 	lim, asked := s.lanes[c.agent], s.e.now()
 	s.queued[c] = asked
-	s.e.acquire(lim, LaneKey, c.prio, c.start, func(r res) {
+	prio := c.prio
+	if s.o.NoPriorities {
+		prio = limiter.Default
+	}
+	s.e.acquire(lim, LaneKey, prio, c.start, func(r res) {
 		delete(s.queued, c)
 		now := s.e.now()
 		s.r.class(c.class).waits = append(s.r.class(c.class).waits, now-asked)
@@ -245,9 +260,13 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 			end(limiter.OutcomeServerError, code, "5xx")
 		}
 	}
+	x.bytes = c.bytes
 	x.token = func(i int) {
 		if i == 0 {
 			first = e.now()
+			if lim != nil { // the transport reports first bytes as they come
+				lim.RecordFirstByte(context.Background(), LaneKey, limiter.FirstByte{Sent: e.t0.Add(sent), After: first - sent, RequestBytes: c.bytes})
+			}
 		}
 		last = e.now()
 	}
@@ -339,6 +358,12 @@ func (s *sim) poll() {
 			smp.Queued.Bulk += ln.QueuedByPriority.Bulk
 		}
 	}
+	if len(s.lanes) > 0 {
+		for _, ln := range s.lanes[0].Snapshot().Lanes {
+			smp.Limit = ln.Limit
+		}
+	}
+	smp.Capacity = s.gw.cfg.Capacity
 	if s.tel != nil {
 		c, err := classifyRoute(s.tel.Handler(), LaneKey)
 		if err != nil {

@@ -1,0 +1,95 @@
+package replay
+
+import (
+	"bytes"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// knownUnmet are the adaptive goals the controller does not meet yet, by
+// goal text; docs/ADAPTIVE.md says so. The test fails if one of them
+// becomes met (take it off the list) or if any other goal is not.
+var knownUnmet = map[string]bool{
+	// The limit runs to 8 for 34 s late in the run: two first bytes of
+	// calls sent at 7 met a lull as others ended (see ADAPTIVE.md).
+	"adaptive from 12: within one slot of the capacity in at most 60 s, and stays there": true,
+}
+
+// The adaptive limit against the gateway simulator, in the replay's
+// deterministic time (issue: adaptive lane limits, "what must be
+// proven"): each goal measured on the runs of docs/ADAPTIVE.md.
+func TestAdaptiveGoals(t *testing.T) {
+	b, err := RunAdaptive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range [][]AdaptiveRun{b.Steady, b.Halves, b.Rejects} {
+		for _, r := range rs {
+			checkAccounted(t, r.Report)
+		}
+	}
+	if b.BestFixed != 6 {
+		t.Errorf("the best fixed limit is %d, want the simulator's capacity, 6", b.BestFixed)
+	}
+	gs := b.Goals(nil)
+	if len(gs) != 10 {
+		t.Errorf("%d goals, want 10", len(gs))
+	}
+	for _, g := range gs {
+		switch {
+		case knownUnmet[g.Text] && g.Met:
+			t.Errorf("%s: met now (%s): take it off knownUnmet and out of the docs", g.Text, g.Figure)
+		case !knownUnmet[g.Text] && !g.Met:
+			t.Errorf("%s: not met: %s", g.Text, g.Figure)
+		default:
+			t.Logf("%s: %s (met: %v)", g.Text, g.Figure, g.Met)
+		}
+	}
+	// The limit moved: it was not just left at a bound that happens to
+	// pass.
+	for _, r := range b.Steady[3:5] {
+		lo, hi := 100, 0
+		for _, s := range r.Samples {
+			lo, hi = min(lo, s.Limit), max(hi, s.Limit)
+		}
+		if lo > 2 || hi < 8 {
+			t.Errorf("%s: the limit ranged %d–%d: it never left a bound", r.Name, lo, hi)
+		}
+	}
+	// Without the adaptive limit, the halving is not followed.
+	if fx := b.Halves[1].Follow(HalvesAt, HalvesBack, capacity); fx.Reached >= 0 {
+		t.Errorf("the fixed limit of 6 is within one slot of 3: %s", fx)
+	}
+}
+
+// Same inputs, same ADAPTIVE.md and charts, byte for byte.
+func TestAdaptiveSameReport(t *testing.T) {
+	a, err := RunAdaptive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := RunAdaptive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, fb := a.Files(), b.Files()
+	if !slices.Equal(slices.Sorted(maps.Keys(fa)), slices.Sorted(maps.Keys(fb))) {
+		t.Fatalf("files %v and %v", slices.Sorted(maps.Keys(fa)), slices.Sorted(maps.Keys(fb)))
+	}
+	for name := range fa {
+		if !bytes.Equal(fa[name], fb[name]) {
+			t.Errorf("%s differs between two runs", name)
+		}
+	}
+	md := string(fa["ADAPTIVE.md"])
+	for _, want := range []string{"## The goals, measured", "| **no** |", "![capacity halves: adaptive](adaptive-capacity-halves-adaptive.svg)", "queue_timeout 5m0s"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("ADAPTIVE.md lacks %q", want)
+		}
+	}
+	if !strings.Contains(string(fa["adaptive-adaptive-from-2.svg"]), "<polyline") {
+		t.Error("no line in the limit chart")
+	}
+}
