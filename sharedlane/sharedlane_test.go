@@ -384,3 +384,45 @@ func TestTransportStopsLostCall(t *testing.T) {
 		t.Fatal("the upstream request went on")
 	}
 }
+
+// An adaptive limit is per process: a grant is decided, in Redis, with
+// the limit of the process whose call decides it. Process a has learned
+// a limit of 2 (ceiling 8), process b has a fixed 8: with 2 held, a's call
+// waits; b's next call, decided with b's 8, grants it and itself.
+func TestAdaptiveLimitIsPerProcess(t *testing.T) {
+	r := startRedis(t)
+	a := newProcess(t, r.URL(), "a", limiter.Config{MaxInflight: 8, QueueTimeout: time.Minute,
+		Adaptive: &limiter.Adaptive{MinInflight: 1, Initial: 2}})
+	b := newProcess(t, r.URL(), "b", limiter.Config{MaxInflight: 8, QueueTimeout: time.Minute})
+	ctx := context.Background()
+	// a's probe: one call, one first byte; then a starts at 2.
+	probe := a.start(ctx, limiter.Default).wait(t)
+	if probe.err != nil {
+		t.Fatal(probe.err)
+	}
+	a.lim.RecordFirstByte(ctx, lane, limiter.FirstByte{Sent: time.Now(), After: time.Second, RequestBytes: 1000})
+	probe.slot.Release()
+	if s := a.lim.Snapshot().Lanes[0]; s.Limit != 2 || s.Adaptive == nil || s.Adaptive.Probing {
+		t.Fatalf("a after its probe: limit %d, %+v", s.Limit, s.Adaptive)
+	}
+	b1, b2 := b.start(ctx, limiter.Default).wait(t), b.start(ctx, limiter.Default).wait(t)
+	if b1.err != nil || b2.err != nil {
+		t.Fatal(b1.err, b2.err)
+	}
+	ac := a.start(ctx, limiter.Default)
+	queuedGlobally(t, a, 1)
+	if ac.ended() {
+		t.Fatal("a's call was granted past a's limit of 2")
+	}
+	b3 := b.start(ctx, limiter.Default).wait(t)
+	if b3.err != nil || ac.wait(t).err != nil {
+		t.Fatal(b3.err, ac.err)
+	}
+	if s := b.lim.Snapshot().Lanes[0]; s.Inflight != 4 || s.Limit != 8 {
+		t.Fatalf("b's view: %d in flight, limit %d; want 4 under b's 8", s.Inflight, s.Limit)
+	}
+	for _, c := range []*call{b1, b2, b3, ac} {
+		c.slot.Release()
+	}
+	noResidue(t, r)
+}

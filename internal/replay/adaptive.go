@@ -437,11 +437,13 @@ overshooting at the beginning and one probe.
 const mdAdaptiveOutro = `## With shared lanes (Redis)
 
 The adaptive limit is per process: each process learns the lane's limit from its own
-calls' signals, and every grant it decides in Redis uses its own current limit (and the
-reserve clamped to it). Processes that see the same gateway learn similar limits; a
-process cut by 429s stops taking slots above its own lower limit even while others hold
-more. (` + "`sharedlane`" + `'s tests check that a grant decided by one process uses that
-process's adaptive limit.)
+calls' signals, and a grant is decided in Redis with the limit (and the reserve clamped to
+it) of the process whose call decides it: its own acquisition, or a release or poll that
+hands slots to the queue. So a process whose limit was cut does not take slots above its
+own limit for its new calls, while a process with a higher limit, releasing, may grant a
+waiter of the first one up to its own. Processes that see the same gateway learn similar
+limits. (` + "`sharedlane`" + `'s TestAdaptiveLimitIsPerProcess: a process that learned 2 waits
+with 2 held; another one's call, with a fixed 8, grants it.)
 
 ## What it does not do
 
@@ -449,4 +451,13 @@ process's adaptive limit.)
   whose streams crawl is seen only through its stalls.
 - The baselines are per request size (1/16 of an octave) and per process; a lane whose
   requests are all of new sizes learns each size's baseline from its first call.
+- Past the gateway's capacity a processor-sharing gateway serves as much in total, only
+  later; so a limit that follows a capacity cut does not win throughput back, it keeps the
+  calls that are served fast and lets the rest fail fast in the queue. Whether that is the
+  trade an operator wants is the queue timeout's choice.
+- Starting from the ceiling, the limit once ran two slots above the capacity for 34 s late
+  in the run (the goals table's one **no**): two first bytes of calls sent at one slot
+  above it met a lull as other calls ended. A check that would stop it (a higher bar past a
+  limit latency cut recently) also stopped the recovery after the capacity came back, in
+  the halving scenario; it is left open.
 `
