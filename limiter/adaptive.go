@@ -11,7 +11,14 @@ import (
 // MinInflight and Config.MaxInflight (the ceiling) from what its calls
 // see at the gateway. Priority semantics hold at every limit: class order,
 // aging, FIFO, and the reserve, clamped to the current limit (at limit 1
-// there is none). A limit that drops never revokes a held slot.
+// there is none). A limit that drops never revokes a held slot, and does
+// not take the reserve away: while non-interactive calls still hold more
+// slots than the lowered limit leaves them, an interactive call may take a
+// slot up to the limit before the drop (no more interactive holders than
+// the reserve), so the gateway never sees more than it did before the
+// drop and the operator's chat does not wait for the background work to
+// drain. (With a Backend, grants are decided by the backend, by the
+// limit alone.)
 //
 // # The algorithm
 //
@@ -40,9 +47,13 @@ import (
 //     into. limit / ratio is the gradient of Netflix's concurrency-limits
 //     and Envoy's adaptive concurrency; here, as only part of a first
 //     byte's time grows with load (the tokens, not the prompt's
-//     processing), load / (1 + 2(ratio - 1)) (see cut). Increases then
-//     stop one slot below the limit that was too many for LatencyHold
-//     (1 minute).
+//     processing), load / (1 + 2(ratio - 1)) (see cut). If the limit had
+//     just been raised, the raise was the mistake: it goes no lower than
+//     the limit before (in slow start, TCP's return to the last good
+//     window). Increases then stop one slot below the limit that
+//     was too many for LatencyHold (1 minute); past slow start, they stop
+//     at that limit for HoldOff (see cutAt), so the slot above the
+//     capacity is probed every minute and the one above that not at all.
 //   - Loss: the limit is multiplied by LossFactor (0.75), and increases
 //     stop one slot below the load the lost call was sent into, for
 //     HoldOff (5 minutes) or the Retry-After if longer, so a gateway that
@@ -50,16 +61,15 @@ import (
 //     in a retry storm; a loss at that one-slot probe goes straight back to
 //     the limit below it. A 429 is the gateway saying what its capacity is;
 //     Vector's ARC users found that treating it as noise misbehaves.
-//   - Latency within tolerance with every slot in use (when the call was
-//     sent and when its first byte came): the limit grows, doubling from
-//     the start until the first cut (slow start, as in TCP), then one slot
-//     for each Window such first bytes since the last change (additive
-//     increase: each slot added is checked by calls it let through). A
-//     lane that does not use its slots learns nothing about more of them,
-//     so it does not grow. With a reserve and no interactive call in
-//     flight, the reserved slot stays free, so the slot past the gateway's
-//     capacity is found too many when an interactive call takes it: the
-//     limit settles at the capacity and, every LatencyHold or so, one above.
+//   - Latency within tolerance while the lane uses its slots: the limit
+//     grows, doubling from the start until the first cut (slow start, as
+//     in TCP), then one slot for each Window such first bytes in a row
+//     since the last change (additive increase: each slot added is checked
+//     by calls it let through). Using its slots means that when the call
+//     was sent, the lane held every slot it could (see full) and, when its
+//     first byte came, every slot was held or calls waited for one. A lane
+//     that does not use its slots learns nothing about more of them, so it
+//     does not grow.
 //
 // Until the lane has a baseline it admits MinInflight calls (the probe),
 // so the first first-byte times are no-load ones; then the limit starts at
@@ -126,8 +136,8 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	eff := ln.effLocked(cfg)
 	// Using its slots: every one held. (Waiters alone are not enough: with
 	// only non-interactive work waiting, the reserved slot stays free.)
-	busy := ln.inflight >= eff.MaxInflight
-	if ln.adapt.firstByte(l.clock.Now(), fb, ln.inflight, busy) {
+	busy := ln.inflight >= eff.MaxInflight || ln.q.n > 0 || ln.waiting != [3]int{}
+	if ln.adapt.firstByte(l.clock.Now(), fb, ln.inflight, eff.Reserve(), busy) {
 		ln.dispatchLocked(l.clock.Now())
 	}
 }
@@ -145,12 +155,20 @@ type controller struct {
 	holdAt    int       // increases stop here until holdUntil
 	holdUntil time.Time
 	lossHeld  int // the limit the latest loss held increases at
-	reason    string
-	reasonAt  time.Time
-	lossAt    time.Time
-	base      map[int]*baseline // by request size bucket
-	lastBase  time.Duration     // the baseline of the latest sample's size
-	eff       Config            // the config with the limit in force
+	// interactiveAt is when an interactive call last took a slot (see
+	// full).
+	interactiveAt time.Time
+	raisedFrom    int // the limit before the last change, if it was a raise
+	drainFrom     int // the limit before it dropped, while the lane drains
+	// ceiling caps increases until ceilingUntil (see cutAt).
+	ceiling      int
+	ceilingUntil time.Time
+	reason       string
+	reasonAt     time.Time
+	lossAt       time.Time
+	base         map[int]*baseline // by request size bucket
+	lastBase     time.Duration     // the baseline of the latest sample's size
+	eff          Config            // the config with the limit in force
 	// loads is the lane's calls in flight after each of its last changes,
 	// so that a first byte is judged by the load its call was sent into.
 	loads     [64]loadAt
@@ -165,6 +183,7 @@ type loadAt struct {
 }
 
 func (c *controller) logLoad(now time.Time, n int) {
+
 	c.loads[c.nload%len(c.loads)] = loadAt{now, n}
 	c.nload++
 }
@@ -233,6 +252,13 @@ func (c *controller) current() int {
 func (c *controller) change(now time.Time, limit int, reason string) bool {
 	limit = max(max(1, c.set.MinInflight), min(c.max, limit))
 	raised := limit > c.current()
+	if limit < c.current() {
+		c.drainFrom = max(c.drainFrom, c.current())
+	}
+	c.raisedFrom = 0
+	if raised {
+		c.raisedFrom = c.current()
+	}
 	c.limit, c.changed, c.fresh, c.loadsSent, c.good = limit, now, c.fresh[:0], c.loadsSent[:0], 0
 	c.reason, c.reasonAt = reason, now
 	return raised
@@ -241,7 +267,7 @@ func (c *controller) change(now time.Time, limit int, reason string) bool {
 // firstByte takes one sample; it reports whether the limit went up.
 // inflight is the lane's calls in flight now: the load the first byte
 // met, as far as this lane knows.
-func (c *controller) firstByte(now time.Time, fb FirstByte, inflight int, busy bool) bool {
+func (c *controller) firstByte(now time.Time, fb FirstByte, inflight, reserve int, busy bool) bool {
 	k := bucket(fb.RequestBytes)
 	b := c.base[k]
 	if b == nil {
@@ -269,16 +295,16 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight int, busy b
 		// Past the probe, a sample speaks for the current limit only if
 		// its call was sent with every slot in use: a good first byte of a
 		// call sent into a half-empty lane says nothing about one more.
-		busy = c.loadAt(fb.Sent, inflight) >= c.current()
+		busy = busy && c.loadAt(fb.Sent, inflight) >= c.full(now, reserve)
 	}
 	if !known && !c.probing {
 		// Nothing to compare it with: it only sets a baseline, but in slow
 		// start, with every slot in use, it stands for a good one (the
 		// next known sizes correct a wrong guess).
-		if c.slowStart && busy {
+		if c.slowStart && busy && c.loadAt(fb.Sent, inflight) >= c.full(now, reserve) {
 			c.good++
 			if c.good >= Window {
-				return c.change(now, c.capped(now, 2*c.current()), "slow start")
+				return c.change(now, c.capped(now, grow(c.current())), "slow start")
 			}
 		}
 		return false
@@ -298,7 +324,7 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight int, busy b
 		// Starting from the floor: the probe's calls, sent with every slot
 		// in use, are the first window of slow start.
 		if c.good >= min(Window, c.limit) {
-			return c.change(now, c.capped(now, 2*c.limit), "probe done; slow start")
+			return c.change(now, c.capped(now, grow(c.limit)), "probe done; slow start")
 		}
 		return c.change(now, c.limit, "probe done: the no-load first-byte time is known")
 	}
@@ -314,21 +340,22 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight int, busy b
 		c.fresh, c.loadsSent = c.fresh[1:], c.loadsSent[1:]
 	}
 	c.sentLoad = slices.Max(c.loadsSent)
-	if r <= 1+Tolerance && busy {
+	switch {
+	case r > 1+Tolerance:
+		c.good = 0 // an increase takes good first bytes in a row
+	case busy:
 		c.good++
 	}
 	limit := c.current()
 	switch {
 	case len(c.fresh) >= Window && median(c.fresh) > 1+Tolerance:
-		c.hold(now, limit-1, LatencyHold)
-		return c.change(now, min(limit-1, cut(min(limit, c.sentLoad), median(c.fresh))), "latency: first bytes past the no-load baseline")
+		return c.latencyCut(now, cut(min(limit, c.sentLoad), median(c.fresh)), "latency: first bytes past the no-load baseline")
 	case r >= Severe:
-		c.hold(now, limit-1, LatencyHold)
-		return c.change(now, min(limit-1, cut(min(limit, c.loadsSent[len(c.loadsSent)-1]), r)), "latency: a first byte far past the no-load baseline")
+		return c.latencyCut(now, cut(min(limit, c.loadsSent[len(c.loadsSent)-1]), r), "latency: a first byte far past the no-load baseline")
 	case r > 1+Tolerance || !busy:
 		return false
 	case c.slowStart && c.good >= Window:
-		return c.change(now, c.capped(now, 2*limit), "slow start")
+		return c.change(now, c.capped(now, grow(limit)), "slow start")
 	case !c.slowStart && c.good >= Window:
 		// Each slot added is checked by first bytes of calls sent with
 		// every slot in use: Window good ones earn the next.
@@ -337,12 +364,62 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight int, busy b
 	return false
 }
 
+// latencyCut lowers the limit to to, at least one slot. When the limit
+// was just raised (the first fresh samples since are the slow ones), the
+// raise was the mistake: the limit goes no lower than where it was, which
+// served within tolerance. (Going back exactly there was tried: in the
+// sweep of docs/ADAPTIVE.md it settled later, in 7 runs of 24 against 14.) (In slow start this is
+// TCP's return to the window before the one that lost; later, it keeps a
+// failed probe from costing more than its one slot.)
+func (c *controller) latencyCut(now time.Time, to int, reason string) bool {
+	limit := c.current()
+	if c.raisedFrom > 0 {
+		to = max(to, c.raisedFrom)
+	}
+	c.cutAt(now, limit)
+	c.hold(now, limit-1, LatencyHold)
+	return c.change(now, min(limit-1, to), reason)
+}
+
 // capped bounds an increase by the hold after a loss.
 func (c *controller) capped(now time.Time, want int) int {
+	if now.Before(c.ceilingUntil) {
+		want = min(want, c.ceiling)
+	}
 	if now.Before(c.holdUntil) {
 		want = min(want, c.holdAt)
 	}
 	return max(c.current(), want)
+}
+
+// cutAt records a latency cut from limit, before hold ends slow start.
+// Past slow start, increases stop at the highest limit latency cut in the
+// last HoldOff: the slot above the gateway's capacity is probed again
+// (after LatencyHold), the one above that is not, however lucky a few
+// first bytes are (calls sent as others ended). A lower cut (the capacity
+// dipped) does not lower the ceiling while it lasts, so capacity that
+// comes back is found again. Slow start's overshoot sets no ceiling.
+func (c *controller) cutAt(now time.Time, limit int) {
+	if c.slowStart {
+		return
+	}
+	if limit-1 >= c.ceiling || !now.Before(c.ceilingUntil) {
+		c.ceiling, c.ceilingUntil = max(1, limit-1), now.Add(HoldOff)
+	}
+}
+
+// full is the load at which the lane uses every slot it can: the limit
+// when interactive calls took a slot in the last HoldOff, so that the
+// slot their reserve keeps is inside what the gateway was found to serve
+// (the limit settles at the capacity, not one above it, and an interactive
+// call does not push the gateway past it); else the limit less the
+// reserve, because with no interactive call the reserved slot stays free
+// and a lane of background work must still be able to grow.
+func (c *controller) full(now time.Time, reserve int) int {
+	if !c.interactiveAt.IsZero() && now.Sub(c.interactiveAt) < HoldOff {
+		return c.current()
+	}
+	return c.current() - reserve
 }
 
 // hold ends slow start and stops increases at limit (at least one slot)
@@ -444,4 +521,25 @@ func (c *controller) state(now time.Time) *AdaptiveState {
 		s.BaselineTTFB = &b
 	}
 	return s
+}
+
+// grow is slow start's next limit: double, as in TCP. (Half again
+// overshoots less but, with long generations, takes minutes more to get
+// there: new first bytes come only as calls end.)
+func grow(limit int) int { return 2 * limit }
+
+// drainReserveLocked reports whether an interactive call may take a slot
+// the limit does not have: after an adaptive limit dropped, while the
+// non-interactive calls still hold more than the new limit leaves them,
+// interactive calls keep their reserve, up to the limit before the drop.
+func (l *lane) drainReserveLocked(cfg *Config) bool {
+	c := l.adapt
+	if c == nil || c.drainFrom == 0 {
+		return false
+	}
+	if l.others <= cfg.MaxInflight-cfg.Reserve() {
+		c.drainFrom = 0 // drained
+		return false
+	}
+	return l.inflight < c.drainFrom && l.inflight-l.others < min(cfg.InteractiveReserve, c.drainFrom-1)
 }

@@ -280,3 +280,219 @@ func TestAdaptiveReserveClamped(t *testing.T) {
 	}
 	s.Release()
 }
+
+// newAdaptiveReserve is newAdaptive with an interactive reserve, its probe
+// done (limit at initial).
+func newAdaptiveReserve(t *testing.T, max, initial, reserve int) *adaptiveLane {
+	c := limitertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	lim, err := limiter.New(limiter.Config{MaxInflight: max, QueueTimeout: time.Hour, InteractiveReserve: reserve,
+		Adaptive: &limiter.Adaptive{MinInflight: 1, Initial: initial}}, limiter.WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &adaptiveLane{t: t, lim: lim, clock: c}
+	a.hold(1)
+	a.sample(2*time.Second, 1000) // the probe's one sample
+	a.releaseAll()
+	if a.limit() != initial {
+		t.Fatalf("after the probe: %d, want %d", a.limit(), initial)
+	}
+	return a
+}
+
+// holdPrio takes n slots of class p at once.
+func (a *adaptiveLane) holdPrio(n int, p limiter.Priority) {
+	a.t.Helper()
+	for range n {
+		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), time.Millisecond)
+		s, err := a.lim.Acquire(ctx, akey)
+		cancel()
+		if err != nil {
+			a.t.Fatalf("no %s slot at once: %v", p, err)
+		}
+		a.held = append(a.held, s)
+	}
+}
+
+// waitBulk queues one bulk call (the lane then has a waiter); it returns
+// its cancel.
+func (a *adaptiveLane) waitBulk() context.CancelFunc {
+	ctx, cancel := context.WithCancel(limiter.WithPriority(context.Background(), limiter.Bulk))
+	go a.lim.Acquire(ctx, akey)
+	for a.lim.Snapshot().Lanes[0].Queued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return cancel
+}
+
+// With a reserve and no interactive call in the last HoldOff, a lane
+// whose non-interactive calls use every slot they may (the limit less the
+// reserve) with more waiting is using its slots, and grows; after an
+// interactive call, it takes every slot held (the reserve's included), so
+// that the reserved slot stays inside what the gateway was found to serve.
+func TestAdaptiveFullWithReserve(t *testing.T) {
+	a := newAdaptiveReserve(t, 16, 4, 1)
+	a.holdPrio(3, limiter.Bulk) // 4 - 1: every slot bulk work may take
+	stop := a.waitBulk()
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000)
+	stop()
+	if a.limit() != 8 {
+		t.Fatalf("bulk work using every slot it may, two good first bytes: limit %d, want 8 (slow start)", a.limit())
+	}
+	// An interactive call now: from here, 7 of 8 held is not every slot.
+	a.releaseAll()
+	a.holdPrio(1, limiter.Interactive)
+	a.releaseAll()
+	a.holdPrio(7, limiter.Bulk)
+	stop = a.waitBulk()
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 8 {
+		t.Fatalf("7 of 8 held after an interactive call: grew to %d", a.limit())
+	}
+	a.holdPrio(1, limiter.Interactive) // 8 of 8
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000)
+	stop()
+	if a.limit() != 16 {
+		t.Fatalf("every slot held: %d, want 16", a.limit())
+	}
+}
+
+// An increase takes Window good first bytes in a row: a slow one between
+// them starts the count again.
+func TestAdaptiveGoodInARow(t *testing.T) {
+	a := newAdaptiveReserve(t, 16, 4, 0)
+	a.fill()
+	a.sample(2*time.Second, 1000)
+	a.sample(2200*time.Millisecond, 1000) // slow (1.1), alone: no cut
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 4 {
+		t.Fatalf("good, slow, good: %d, want 4", a.limit())
+	}
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 8 {
+		t.Fatalf("then good again: %d, want 8", a.limit())
+	}
+}
+
+// A cut just after a raise goes back to the limit before the raise when
+// the formula would go lower: that limit served within tolerance. Past
+// slow start, the limit latency cut is a ceiling for HoldOff; slow
+// start's overshoot sets none, and a lower cut does not lower it.
+func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
+	a := newAdaptiveReserve(t, 32, 4, 0)
+	a.fill()
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000) // 4 -> 8
+	a.fill()
+	a.sample(3*time.Second, 1000) // Severe at 8: the formula says 4
+	if a.limit() != 4 || a.state().LastChange != "latency: a first byte far past the no-load baseline" {
+		t.Fatalf("overshoot: %d (%s), want back to 4", a.limit(), a.state().LastChange)
+	}
+	// No ceiling from slow start: after the latency hold, additive
+	// increase runs past 8.
+	a.clock.Advance(limiter.LatencyHold)
+	for range 6 {
+		a.fill()
+		a.sample(2*time.Second, 1000)
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 10 {
+		t.Fatalf("after slow start: %d, want 4 + 6 = 10", a.limit())
+	}
+	// A probe past slow start fails: 10 -> 11, slow: back to 10, and 11
+	// is a ceiling for HoldOff.
+	a.fill()
+	a.sample(2*time.Second, 1000)
+	a.sample(2*time.Second, 1000)
+	if a.limit() != 11 {
+		t.Fatalf("probe: %d", a.limit())
+	}
+	a.fill()
+	a.sample(2200*time.Millisecond, 1000) // 1.1, twice: the median cuts
+	a.sample(2200*time.Millisecond, 1000)
+	if a.limit() != 10 {
+		t.Fatalf("a failed probe: %d, want back to 10", a.limit())
+	}
+	a.clock.Advance(limiter.LatencyHold)
+	for range 4 {
+		a.fill()
+		a.sample(2*time.Second, 1000)
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 10 {
+		t.Fatalf("under the ceiling: %d, want 10 (one below the 11 latency cut)", a.limit())
+	}
+	// The capacity dips: a first byte twice the baseline, the limit held
+	// at 10 for a while (the increases stopped by the ceiling): the
+	// formula, 10 / (1 + 2) = 3.
+	a.fill()
+	a.sample(4*time.Second, 1000)
+	if a.limit() != 3 {
+		t.Fatalf("a dip: %d, want 10 / 3 = 3", a.limit())
+	}
+	// That lower cut did not lower the ceiling: the limit grows back to
+	// 10 and stops there while the ceiling lasts.
+	a.clock.Advance(limiter.LatencyHold)
+	for range 12 {
+		a.fill()
+		a.sample(2*time.Second, 1000)
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 10 {
+		t.Fatalf("after the dip: %d, want back to the ceiling, 10", a.limit())
+	}
+	// Once HoldOff has passed since the cut at 11, 11 is tried again.
+	a.clock.Advance(limiter.HoldOff)
+	for range 3 {
+		a.fill()
+		a.sample(2*time.Second, 1000)
+	}
+	if a.limit() != 11 {
+		t.Fatalf("after the ceiling: %d, want 11", a.limit())
+	}
+}
+
+// A limit that drops does not take the interactive reserve away: while
+// non-interactive calls hold more than the lowered limit leaves them, an
+// interactive call may take a slot up to the limit before the drop (no
+// more interactive holders than the reserve); nothing else may.
+func TestAdaptiveDropKeepsReserve(t *testing.T) {
+	a := newAdaptiveReserve(t, 16, 8, 1)
+	a.holdPrio(7, limiter.Bulk)   // every slot bulk work may take at 8
+	a.sample(4*time.Second, 1000) // Severe, at a load of 7: to 7 / 3 = 2
+	if a.limit() != 2 {
+		t.Fatalf("limit %d, want 2", a.limit())
+	}
+	try := func(p limiter.Priority) error {
+		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), time.Millisecond)
+		defer cancel()
+		s, err := a.lim.Acquire(ctx, akey)
+		if err == nil {
+			a.held = append(a.held, s)
+		}
+		return err
+	}
+	if err := try(limiter.Bulk); err == nil {
+		t.Fatal("a bulk call granted above the lowered limit")
+	}
+	if err := try(limiter.Interactive); err != nil {
+		t.Fatalf("the interactive call lost its reserve to the drop: %v", err)
+	}
+	if err := try(limiter.Interactive); err == nil {
+		t.Fatal("a second interactive call granted: the reserve is one")
+	}
+	// Drained (the bulk calls ended): the lowered limit's own rules.
+	for i := range a.held[:7] {
+		a.held[i].Release()
+	}
+	a.held = a.held[7:]
+	if err := try(limiter.Interactive); err != nil {
+		t.Fatalf("at limit 2 with one interactive call in flight: %v", err)
+	}
+	if err := try(limiter.Interactive); err == nil {
+		t.Fatal("a third call past the limit of 2")
+	}
+}

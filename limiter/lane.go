@@ -106,6 +106,9 @@ func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 	if cfg.MaxInflight == 0 {
 		return true
 	}
+	if p == Interactive && l.drainReserveLocked(cfg) {
+		return true
+	}
 	if l.inflight >= cfg.MaxInflight {
 		return false
 	}
@@ -120,6 +123,9 @@ func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 	if cfg.MaxInflight == 0 {
 		return l.q.best(now)
+	}
+	if w := l.q.classes[Interactive.Index()].head(); w != nil && l.drainReserveLocked(cfg) {
+		return w
 	}
 	if l.inflight >= cfg.MaxInflight {
 		return nil
@@ -156,7 +162,11 @@ func (l *lane) dispatchLocked(now time.Time) {
 func (l *lane) takeLocked(p Priority) *hold {
 	l.inflight++
 	if l.adapt != nil {
-		l.adapt.logLoad(l.lim.clock.Now(), l.inflight)
+		now := l.lim.clock.Now()
+		l.adapt.logLoad(now, l.inflight)
+		if p == Interactive {
+			l.adapt.interactiveAt = now
+		}
 	}
 	if p != Interactive {
 		l.others++

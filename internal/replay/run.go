@@ -266,6 +266,11 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 			first = e.now()
 			if lim != nil { // the transport reports first bytes as they come
 				lim.RecordFirstByte(context.Background(), LaneKey, limiter.FirstByte{Sent: e.t0.Add(sent), After: first - sent, RequestBytes: c.bytes})
+				// An adaptive limit that rises grants waiters: settle collects
+				// them now, as it does after a release (their timers end when
+				// their goroutines run, and the next timer due must not be one
+				// of theirs).
+				e.dirty = true
 			}
 		}
 		last = e.now()
