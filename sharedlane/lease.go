@@ -213,7 +213,11 @@ func (b *Backend) reclaim(l *lease) {
 	defer cancel()
 	b.mu.Lock()
 	lk, old := l.lk, l.id
+	_, held := b.leases[lk.tag+" "+old]
 	b.mu.Unlock()
+	if !held {
+		return // released since the renewal read it
+	}
 	sent := time.Now()
 	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix)
 	if err != nil && !isScriptError(err) {
@@ -221,6 +225,16 @@ func (b *Backend) reclaim(l *lease) {
 		return
 	}
 	b.mu.Lock()
+	if _, held := b.leases[lk.tag+" "+old]; !held {
+		// Released (or lost) while the script ran: the renewal that found
+		// the lease gone raced its release. Give the new slot back, or the
+		// lease would live on, renewed, with no call behind it.
+		b.mu.Unlock()
+		if err == nil && v != nil {
+			b.run(ctx, lk, "release", fmt.Sprint(v))
+		}
+		return
+	}
 	defer b.mu.Unlock()
 	if err != nil || v == nil {
 		b.loseLocked(l, "the store forgot the slot and the lane is full")

@@ -163,6 +163,18 @@ func noResidue(t *testing.T, r *redistest.Server) {
 			return
 		}
 		if time.Now().After(deadline) {
+			for _, k := range keys {
+				typ, _ := r.Do("TYPE " + k)
+				var v string
+				switch typ {
+				case "zset":
+					v, _ = r.Do("ZRANGE " + k + " 0 -1 WITHSCORES")
+				case "hash":
+					v, _ = r.Do("HGETALL " + k)
+				}
+				now, _ := r.Do("TIME")
+				t.Logf("left: %s (%s) at Redis time %q: %q", k, typ, now, v)
+			}
 			t.Fatalf("Redis still holds %v", keys)
 		}
 	}
@@ -423,6 +435,69 @@ func TestAdaptiveLimitIsPerProcess(t *testing.T) {
 	}
 	for _, c := range []*call{b1, b2, b3, ac} {
 		c.slot.Release()
+	}
+	noResidue(t, r)
+}
+
+// A renewal that finds a lease gone from Redis takes the slot again
+// (Redis restarted); if the call released it meanwhile, the slot taken
+// again is given back, not kept and renewed with no call behind it.
+func TestReclaimRacingRelease(t *testing.T) {
+	r := redistest.Start(t, "enable-debug-command yes")
+	r.WaitUptime(time.Second)
+	p := newProcess(t, r.URL(), "a", limiter.Config{MaxInflight: 4, QueueTimeout: time.Minute})
+	leaseOf := func() (*lease, string) {
+		c := p.start(context.Background(), limiter.Default).wait(t)
+		if c.err != nil {
+			t.Fatal(c.err)
+		}
+		p.b.mu.Lock()
+		defer p.b.mu.Unlock()
+		for k, l := range p.b.leases {
+			// The call ends without its Release (which would also end the
+			// lease in Redis): the lease alone is what the test races.
+			return l, k
+		}
+		t.Fatal("no lease")
+		return nil, ""
+	}
+	release := func(k string) {
+		p.b.mu.Lock()
+		delete(p.b.leases, k)
+		p.b.mu.Unlock()
+	}
+	leases := func() int {
+		p.b.mu.Lock()
+		defer p.b.mu.Unlock()
+		return len(p.b.leases)
+	}
+
+	// Released before the reclaim runs. (The lane has room: the reclaim
+	// would take a slot.)
+	l, k := leaseOf()
+	release(k)
+	p.b.reclaim(l)
+	if n := leases(); n != 0 {
+		t.Fatalf("released before: %d leases kept", n)
+	}
+	// Released while the reclaim's script waits behind a busy Redis.
+	l, k = leaseOf()
+	go r.Do("DEBUG SLEEP 0.5")
+	time.Sleep(100 * time.Millisecond)
+	done := make(chan struct{})
+	go func() { p.b.reclaim(l); close(done) }()
+	time.Sleep(100 * time.Millisecond)
+	release(k)
+	<-done
+	if n := leases(); n != 0 {
+		t.Fatalf("released during: %d leases kept", n)
+	}
+	// In Redis: only the two leases the test took and let lapse; the
+	// reclaimed slots were given back.
+	for deadline := time.Now().Add(10 * time.Second); p.lim.Snapshot().Lanes[0].Inflight != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lane in Redis still counts %d in flight", p.lim.Snapshot().Lanes[0].Inflight)
+		}
 	}
 	noResidue(t, r)
 }
