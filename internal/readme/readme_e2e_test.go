@@ -193,6 +193,7 @@ func TestReadmeCommands(t *testing.T) {
 		// part of make e2e): check that .ci/run says so.
 		"make test": func(t *testing.T) { ciRuns(t, "make test") },
 		"make e2e":  func(t *testing.T) { ciRuns(t, "make e2e") },
+		"make fuzz": func(t *testing.T) { ciRuns(t, "make fuzz FUZZTIME=10s") }, // CI fuzzes 10 s per target
 		"make tools": func(t *testing.T) {
 			run(t, work, "make tools", 5*time.Minute)
 		},
@@ -211,6 +212,11 @@ func TestReadmeCommands(t *testing.T) {
 			want, _ := os.ReadFile(filepath.Join(root, "docs/INCIDENT-REPLAY.md"))
 			if cut(got) != cut(want) {
 				t.Error("docs/INCIDENT-REPLAY.md is stale: run make replay and commit it")
+			}
+			got, _ = os.ReadFile(filepath.Join(work, "docs/ADAPTIVE.md"))
+			want, _ = os.ReadFile(filepath.Join(root, "docs/ADAPTIVE.md"))
+			if len(want) == 0 || string(got) != string(want) {
+				t.Error("docs/ADAPTIVE.md is stale: run make replay and commit it")
 			}
 		},
 		// The full run takes minutes; BENCHFLAGS (as the README says) keeps
