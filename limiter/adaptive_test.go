@@ -64,6 +64,16 @@ func (a *adaptiveLane) sample(ttfb time.Duration, bytes int) {
 	a.lim.RecordFirstByte(context.Background(), akey, limiter.FirstByte{Sent: sent, After: ttfb, RequestBytes: bytes})
 }
 
+// goodRounds fills the lane n times, two no-load first bytes each time:
+// n additive increases, where nothing holds them back.
+func (a *adaptiveLane) goodRounds(n int) {
+	for range n {
+		a.fill()
+		a.sample(2*time.Second, 1000)
+		a.sample(2*time.Second, 1000)
+	}
+}
+
 // fill holds every slot, so the lane counts as using them.
 func (a *adaptiveLane) fill() {
 	a.releaseAll()
@@ -394,11 +404,7 @@ func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
 	// No ceiling from slow start: after the latency hold, additive
 	// increase runs past 8.
 	a.clock.Advance(limiter.LatencyHold)
-	for range 6 {
-		a.fill()
-		a.sample(2*time.Second, 1000)
-		a.sample(2*time.Second, 1000)
-	}
+	a.goodRounds(6)
 	if a.limit() != 10 {
 		t.Fatalf("after slow start: %d, want 4 + 6 = 10", a.limit())
 	}
@@ -417,11 +423,7 @@ func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
 		t.Fatalf("a failed probe: %d, want back to 10", a.limit())
 	}
 	a.clock.Advance(limiter.LatencyHold)
-	for range 4 {
-		a.fill()
-		a.sample(2*time.Second, 1000)
-		a.sample(2*time.Second, 1000)
-	}
+	a.goodRounds(4)
 	if a.limit() != 10 {
 		t.Fatalf("under the ceiling: %d, want 10 (one below the 11 latency cut)", a.limit())
 	}
@@ -436,11 +438,7 @@ func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
 	// That lower cut did not lower the ceiling: the limit grows back to
 	// 10 and stops there while the ceiling lasts.
 	a.clock.Advance(limiter.LatencyHold)
-	for range 12 {
-		a.fill()
-		a.sample(2*time.Second, 1000)
-		a.sample(2*time.Second, 1000)
-	}
+	a.goodRounds(12)
 	if a.limit() != 10 {
 		t.Fatalf("after the dip: %d, want back to the ceiling, 10", a.limit())
 	}

@@ -45,6 +45,11 @@ const (
 	RejectAt   = 6
 )
 
+type namedOptions struct {
+	name string
+	o    Options
+}
+
 // AdaptiveRun is one run of the adaptive report.
 type AdaptiveRun struct {
 	Name string
@@ -99,34 +104,32 @@ func RunAdaptive() (AdaptiveBundle, error) {
 	b.BestFixed = best
 	noPrio := adaptiveFrom(base, 0)
 	noPrio.NoPriorities = true
-	for _, c := range []struct {
-		name string
-		o    Options
-	}{
-		{"fixed 12 (2x capacity)", fixed(base, 12)},
-		{"fixed 2 (capacity/3)", fixed(base, 2)},
-		{fmt.Sprintf("fixed %d (the best fixed)", best), fixed(base, best)},
-		{"adaptive from 2", adaptiveFrom(base, 0)},
-		{"adaptive from 12", adaptiveFrom(base, 12)},
-		{"adaptive, no priorities", noPrio},
-	} {
-		r, err := run(c.name, c.o)
-		if err != nil {
-			return b, err
-		}
-		b.Steady = append(b.Steady, r)
-	}
 	halves := base
 	halves.CapacityChanges = []CapacityChange{{HalvesAt, 3}, {HalvesBack, 6}}
-	for _, c := range []struct {
-		name string
-		o    Options
-	}{{"capacity halves: adaptive", adaptiveFrom(halves, 0)}, {"capacity halves: fixed 6", fixed(halves, 6)}} {
-		r, err := run(c.name, c.o)
-		if err != nil {
-			return b, err
+	rejects := base
+	rejects.Capacity, rejects.RejectAbove = 100, RejectAt
+	for _, set := range []struct {
+		into *[]AdaptiveRun
+		runs []namedOptions
+	}{
+		{&b.Steady, []namedOptions{
+			{"fixed 12 (2x capacity)", fixed(base, 12)},
+			{"fixed 2 (capacity/3)", fixed(base, 2)},
+			{fmt.Sprintf("fixed %d (the best fixed)", best), fixed(base, best)},
+			{"adaptive from 2", adaptiveFrom(base, 0)},
+			{"adaptive from 12", adaptiveFrom(base, 12)},
+			{"adaptive, no priorities", noPrio},
+		}},
+		{&b.Halves, []namedOptions{{"capacity halves: adaptive", adaptiveFrom(halves, 0)}, {"capacity halves: fixed 6", fixed(halves, 6)}}},
+		{&b.Rejects, []namedOptions{{"429 above 6: adaptive", adaptiveFrom(rejects, 0)}, {"429 above 6: fixed 12", fixed(rejects, 12)}}},
+	} {
+		for _, c := range set.runs {
+			r, err := run(c.name, c.o)
+			if err != nil {
+				return b, err
+			}
+			*set.into = append(*set.into, r)
 		}
-		b.Halves = append(b.Halves, r)
 	}
 	for _, capacity := range sweepCapacities {
 		for _, seed := range sweepSeeds {
@@ -146,18 +149,6 @@ func RunAdaptive() (AdaptiveBundle, error) {
 				b.Sweep = append(b.Sweep, SweepRun{Capacity: capacity, Initial: max(2, initial), Seed: seed, Adaptive: r, Fixed: fx})
 			}
 		}
-	}
-	rejects := base
-	rejects.Capacity, rejects.RejectAbove = 100, RejectAt
-	for _, c := range []struct {
-		name string
-		o    Options
-	}{{"429 above 6: adaptive", adaptiveFrom(rejects, 0)}, {"429 above 6: fixed 12", fixed(rejects, 12)}} {
-		r, err := run(c.name, c.o)
-		if err != nil {
-			return b, err
-		}
-		b.Rejects = append(b.Rejects, r)
 	}
 	return b, nil
 }
@@ -248,22 +239,7 @@ func adaptiveTable(w io.Writer, runs []AdaptiveRun, extra ...extraRow) {
 	for _, r := range runs {
 		rs = append(rs, r.Report)
 	}
-	row := func(name string, f func(Report) string) {
-		fmt.Fprintf(w, "| %s |", name)
-		for _, r := range rs {
-			fmt.Fprintf(w, " %s |", f(r))
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprint(w, "| |")
-	for _, r := range rs {
-		fmt.Fprintf(w, " **%s** |", r.Scenario)
-	}
-	fmt.Fprint(w, "\n| --- |")
-	for range rs {
-		fmt.Fprint(w, " ---: |")
-	}
-	fmt.Fprintln(w)
+	row := sideBySide(w, rs)
 	row("calls completed", func(r Report) string { return fmt.Sprint(r.completed()) })
 	row("chat: queue wait p99", func(r Report) string { return secs(r.Classes["interactive"].WaitP99) })
 	row("chat: time to first token p50 / p99", func(r Report) string {

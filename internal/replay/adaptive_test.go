@@ -1,9 +1,6 @@
 package replay
 
 import (
-	"bytes"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,15 +79,8 @@ func TestAdaptiveSameReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fa, fb := a.Files(), b.Files()
-	if !slices.Equal(slices.Sorted(maps.Keys(fa)), slices.Sorted(maps.Keys(fb))) {
-		t.Fatalf("files %v and %v", slices.Sorted(maps.Keys(fa)), slices.Sorted(maps.Keys(fb)))
-	}
-	for name := range fa {
-		if !bytes.Equal(fa[name], fb[name]) {
-			t.Errorf("%s differs between two runs", name)
-		}
-	}
+	fa := a.Files()
+	sameFiles(t, fa, b.Files())
 	md := string(fa["ADAPTIVE.md"])
 	for _, want := range []string{"## The goals, measured", "## Beyond the headline", "Of 24 runs: ", "![capacity halves: adaptive](adaptive-capacity-halves-adaptive.svg)", "queue_timeout 5m0s"} {
 		if !strings.Contains(md, want) {

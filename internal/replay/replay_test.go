@@ -30,14 +30,7 @@ func runAll(t *testing.T) Bundle {
 // the engine must not let that show).
 func TestSameInputsSameReport(t *testing.T) {
 	a, b := runAll(t).Files(), runAll(t).Files()
-	if !slices.Equal(slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b))) {
-		t.Fatalf("files %v and %v", slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b)))
-	}
-	for name := range a {
-		if !bytes.Equal(a[name], b[name]) {
-			t.Errorf("%s differs between two runs", name)
-		}
-	}
+	sameFiles(t, a, b)
 	md := string(a["INCIDENT-REPLAY.md"])
 	for _, want := range []string{"queue_timeout 5m0s", "interactive_reserve 1", "request timeout 2m0s; 2 retries", "| request timeouts |", "![lanes: timeline](incident-replay-lanes.svg)"} {
 		if !strings.Contains(md, want) {
@@ -46,6 +39,19 @@ func TestSameInputsSameReport(t *testing.T) {
 	}
 	if !strings.Contains(string(a["incident-replay-lanes.svg"]), "<polyline") {
 		t.Error("no line in the lanes timeline")
+	}
+}
+
+// sameFiles checks that two runs wrote the same files, byte for byte.
+func sameFiles(t *testing.T, a, b map[string][]byte) {
+	t.Helper()
+	if !slices.Equal(slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b))) {
+		t.Fatalf("files %v and %v", slices.Sorted(maps.Keys(a)), slices.Sorted(maps.Keys(b)))
+	}
+	for name := range a {
+		if !bytes.Equal(a[name], b[name]) {
+			t.Errorf("%s differs between two runs", name)
+		}
 	}
 }
 

@@ -134,15 +134,9 @@ func pct(xs []time.Duration, p float64) time.Duration {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 
-// Table writes the scenarios side by side as a Markdown table.
-func Table(w io.Writer, rs []Report) {
-	row := func(name string, f func(Report) string) {
-		fmt.Fprintf(w, "| %s |", name)
-		for _, r := range rs {
-			fmt.Fprintf(w, " %s |", f(r))
-		}
-		fmt.Fprintln(w)
-	}
+// sideBySide writes the header of a Markdown table of rs side by side,
+// one column a report, and returns what writes a row.
+func sideBySide(w io.Writer, rs []Report) func(name string, f func(Report) string) {
 	fmt.Fprint(w, "| |")
 	for _, r := range rs {
 		fmt.Fprintf(w, " **%s** |", r.Scenario)
@@ -152,6 +146,18 @@ func Table(w io.Writer, rs []Report) {
 		fmt.Fprint(w, " ---: |")
 	}
 	fmt.Fprintln(w)
+	return func(name string, f func(Report) string) {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, r := range rs {
+			fmt.Fprintf(w, " %s |", f(r))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// Table writes the scenarios side by side as a Markdown table.
+func Table(w io.Writer, rs []Report) {
+	row := sideBySide(w, rs)
 	lanes := func(r Report) bool { return len(r.Grants) > 0 }
 	for _, c := range Classes {
 		row(c+": calls / completed", func(r Report) string {
