@@ -36,11 +36,16 @@ func (a *adaptiveLane) limit() int { return a.lim.Snapshot().Lanes[0].Limit }
 
 func (a *adaptiveLane) state() *limiter.AdaptiveState { return a.lim.Snapshot().Lanes[0].Adaptive }
 
+// atOnce bounds, in real time, an acquisition that must not wait (the
+// fake clock never moves on its own): long enough that a loaded machine
+// does not make a grant look like a wait.
+const atOnce = 200 * time.Millisecond
+
 // hold takes n slots at once; it fails if one is not granted at once.
 func (a *adaptiveLane) hold(n int) {
 	a.t.Helper()
 	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), atOnce)
 		s, err := a.lim.Acquire(ctx, akey)
 		cancel()
 		if err != nil {
@@ -279,7 +284,7 @@ func TestAdaptiveReserveClamped(t *testing.T) {
 	c := limitertest.NewClock(time.Unix(0, 0))
 	lim, _ := limiter.New(limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour, InteractiveReserve: 2,
 		Adaptive: &limiter.Adaptive{MinInflight: 1}}, limiter.WithClock(c))
-	ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), limiter.Bulk), time.Millisecond)
+	ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), limiter.Bulk), atOnce)
 	defer cancel()
 	s, err := lim.Acquire(ctx, akey)
 	if err != nil {
@@ -314,7 +319,7 @@ func newAdaptiveReserve(t *testing.T, max, initial, reserve int) *adaptiveLane {
 func (a *adaptiveLane) holdPrio(n int, p limiter.Priority) {
 	a.t.Helper()
 	for range n {
-		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), time.Millisecond)
+		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), atOnce)
 		s, err := a.lim.Acquire(ctx, akey)
 		cancel()
 		if err != nil {
@@ -465,7 +470,7 @@ func TestAdaptiveDropKeepsReserve(t *testing.T) {
 		t.Fatalf("limit %d, want 2", a.limit())
 	}
 	try := func(p limiter.Priority) error {
-		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), time.Millisecond)
+		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), atOnce)
 		defer cancel()
 		s, err := a.lim.Acquire(ctx, akey)
 		if err == nil {

@@ -32,7 +32,7 @@ func BenchmarkGrant(b *testing.B) {
 				return w
 			}
 			for i := range n {
-				l.enqueueLocked(mk(i))
+				l.enqueueLocked(mk(i), time.Hour)
 			}
 			fresh := make([]*waiter, b.N) // made before timing: only the grant is measured
 			for i := range fresh {
@@ -43,7 +43,7 @@ func BenchmarkGrant(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				l.inflight = 0
 				l.dispatchLocked(now)
-				l.enqueueLocked(fresh[i])
+				l.enqueueLocked(fresh[i], time.Hour)
 			}
 		})
 	}

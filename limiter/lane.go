@@ -25,6 +25,18 @@ type lane struct {
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
+	// timer ends the waits that reach their deadline: one per lane, at the
+	// earliest deadline, rather than one per waiter (a runtime timer per
+	// waiter cost more than the rest of a contended hand-over). timerGen
+	// tells a timer that fired after it was replaced to do nothing. While
+	// every waiter was queued under the same timeout (uniform), deadlines
+	// are in enqueue order and the oldest waiter's is the earliest; after
+	// a reload changed the timeout, the queue is scanned until it empties.
+	timer    Timer
+	timerAt  time.Time
+	timerGen uint64
+	timeout  time.Duration // the queue timeout of the waiters, while uniform
+	mixed    bool          // waiters queued under different timeouts
 	// adapt is the adaptive limit, with Config.Adaptive; nil otherwise.
 	adapt  *controller
 	seq    uint64
@@ -181,11 +193,20 @@ func (l *lane) takeLocked(p Priority) *hold {
 	return h
 }
 
-func (l *lane) enqueueLocked(w *waiter) {
+// enqueueLocked queues w, whose wait ends at the latest timeout after
+// w.enqueued, and makes sure the lane's timer will end it then.
+func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
+	w.deadline = w.enqueued.Add(timeout)
 	if l.q.n == 0 {
 		l.since, l.busyAt = w.enqueued, w.enqueued
+		l.timeout, l.mixed = timeout, false
+	} else if timeout != l.timeout {
+		l.mixed = true
 	}
 	l.q.push(w)
+	if l.timer == nil || w.deadline.Before(l.timerAt) {
+		l.armLocked(w.deadline)
+	}
 }
 
 func (l *lane) dequeueLocked(w *waiter, now time.Time) {
@@ -193,6 +214,55 @@ func (l *lane) dequeueLocked(w *waiter, now time.Time) {
 	if l.q.n == 0 {
 		l.stats.recordBusy(now, now.Sub(l.busyAt))
 		l.since, l.busyAt = time.Time{}, time.Time{}
+		l.stopTimerLocked()
+	}
+	// A waiter that leaves before its deadline leaves the timer as it is:
+	// when it fires, it ends what is due and waits for the next deadline.
+	// Re-arming at every grant would cost what the lane timer saves.
+}
+
+// armLocked sets the lane's timer to fire at at.
+func (l *lane) armLocked(at time.Time) {
+	l.stopTimerLocked()
+	l.timerGen++
+	gen := l.timerGen
+	l.timerAt = at
+	l.timer = l.lim.clock.AfterFunc(max(0, at.Sub(l.lim.clock.Now())), func() { l.expireDue(gen) })
+}
+
+func (l *lane) stopTimerLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+}
+
+// expireDue ends every wait whose deadline has come, then waits for the
+// next deadline.
+func (l *lane) expireDue(gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen != l.timerGen {
+		return // replaced or stopped since it was armed
+	}
+	l.timer = nil
+	now := l.lim.clock.Now()
+	var next time.Time
+	for w := l.q.oldest; w != nil; {
+		after := w.next
+		switch {
+		case !w.deadline.After(now):
+			l.expireLocked(w, now)
+		case next.IsZero() || w.deadline.Before(next):
+			next = w.deadline
+			if !l.mixed {
+				after = nil // in enqueue order: the rest come later
+			}
+		}
+		w = after
+	}
+	if !next.IsZero() {
+		l.armLocked(next)
 	}
 }
 
@@ -247,7 +317,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 	}
 	w.at = int64(w.arrival.Sub(lim.origin))
 	l.touchLocked(now)
-	l.enqueueLocked(w)
+	l.enqueueLocked(w, cfg.queueTimeout())
 	w.place = l.q.placeOf(p)
 	// A newcomer can be served at once: an interactive call may take a
 	// slot that the queued non-interactive work may not, and a retry that
@@ -258,9 +328,8 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		lim.emit(ctx, Event{Kind: Acquired, Lane: l.key, Priority: p})
 		return Slot{h: w.hold, gen: w.gen}, nil
 	}
-	// Arm the timeout before anyone can learn that w is queued, so that the
-	// wait is bounded from the moment it is visible.
-	t := lim.clock.AfterFunc(cfg.queueTimeout(), func() { l.expire(w) })
+	// The lane's timer bounds the wait from the moment w was queued, before
+	// anyone could learn of it (enqueueLocked).
 	l.mu.Unlock()
 	lim.emit(ctx, Event{Kind: Enqueued, Lane: l.key, Priority: p, Position: w.place})
 
@@ -277,7 +346,6 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		}
 		l.mu.Unlock()
 	}
-	t.Stop()
 
 	e := Event{Lane: l.key, Priority: p, Wait: w.waited, Position: w.place}
 	switch w.state {
@@ -306,16 +374,10 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 	}
 }
 
-// expire ends w's wait with a queue timeout, unless it already ended. The
-// whole wait is recorded as a wait sample: a lane that times its callers
-// out must never look fast.
-func (l *lane) expire(w *waiter) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if w.state != waiting {
-		return
-	}
-	now := l.lim.clock.Now()
+// expireLocked ends w's wait with a queue timeout. The whole wait is
+// recorded as a wait sample: a lane that times its callers out must never
+// look fast.
+func (l *lane) expireLocked(w *waiter, now time.Time) {
 	cfg := l.effLocked(l.lim.cfg.Load())
 	e := &QueueTimeoutError{
 		Lane:         l.key,
