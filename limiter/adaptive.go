@@ -134,8 +134,9 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	eff := ln.effLocked(cfg)
-	// Using its slots: every one held. (Waiters alone are not enough: with
-	// only non-interactive work waiting, the reserved slot stays free.)
+	// Using its slots when the first byte came: every one held, or calls
+	// waiting for one (firstByte also asks that the call was sent into a
+	// full lane: see full).
 	busy := ln.inflight >= eff.MaxInflight || ln.q.n > 0 || ln.waiting != [3]int{}
 	if ln.adapt.firstByte(l.clock.Now(), fb, ln.inflight, eff.Reserve(), busy) {
 		ln.dispatchLocked(l.clock.Now())
@@ -173,7 +174,6 @@ type controller struct {
 	// so that a first byte is judged by the load its call was sent into.
 	loads     [64]loadAt
 	nload     int
-	sentLoad  int   // the highest load the window's calls were sent into
 	loadsSent []int // the load each fresh sample's call was sent into
 }
 
@@ -339,7 +339,6 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight, reserve in
 	if len(c.fresh) > 3 {
 		c.fresh, c.loadsSent = c.fresh[1:], c.loadsSent[1:]
 	}
-	c.sentLoad = slices.Max(c.loadsSent)
 	switch {
 	case r > 1+Tolerance:
 		c.good = 0 // an increase takes good first bytes in a row
@@ -349,7 +348,7 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight, reserve in
 	limit := c.current()
 	switch {
 	case len(c.fresh) >= Window && median(c.fresh) > 1+Tolerance:
-		return c.latencyCut(now, cut(min(limit, c.sentLoad), median(c.fresh)), "latency: first bytes past the no-load baseline")
+		return c.latencyCut(now, cut(min(limit, slices.Max(c.loadsSent)), median(c.fresh)), "latency: first bytes past the no-load baseline")
 	case r >= Severe:
 		return c.latencyCut(now, cut(min(limit, c.loadsSent[len(c.loadsSent)-1]), r), "latency: a first byte far past the no-load baseline")
 	case r > 1+Tolerance || !busy:

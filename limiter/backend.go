@@ -90,22 +90,9 @@ func WithBackend(b Backend) Option { return func(l *Limiter) { l.backend = b } }
 // acquireShared is Acquire with a backend: the backend decides; the lane
 // here counts this process's share and keeps the statistics.
 func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p Priority) (Slot, error) {
-	var ln *lane
-	for {
-		var err error
-		if ln, err = l.lane(key, cfg); err != nil {
-			return Slot{}, err
-		}
-		ln.mu.Lock()
-		if !ln.evicted {
-			break
-		}
-		ln.mu.Unlock() // evicted between the lookup and the lock: make it again
-	}
-	if l.closed.Load() {
-		ln.mu.Unlock()
-		l.emit(ctx, Event{Kind: Refused, Lane: key, Priority: p})
-		return Slot{}, ErrShuttingDown
+	ln, err := l.openLane(ctx, key, cfg, p)
+	if err != nil {
+		return Slot{}, err
 	}
 	start := l.clock.Now()
 	arrival := start

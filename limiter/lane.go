@@ -118,7 +118,7 @@ func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 	if cfg.MaxInflight == 0 {
 		return true
 	}
-	if p == Interactive && l.drainReserveLocked(cfg) {
+	if p == Interactive && l.adapt != nil && l.drainReserveLocked(cfg) {
 		return true
 	}
 	if l.inflight >= cfg.MaxInflight {
@@ -136,8 +136,10 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 	if cfg.MaxInflight == 0 {
 		return l.q.best(now)
 	}
-	if w := l.q.classes[Interactive.Index()].head(); w != nil && l.drainReserveLocked(cfg) {
-		return w
+	if l.adapt != nil && l.drainReserveLocked(cfg) {
+		if w := l.q.classes[Interactive.Index()].head(); w != nil {
+			return w
+		}
 	}
 	if l.inflight >= cfg.MaxInflight {
 		return nil

@@ -133,25 +133,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	if l.backend != nil {
 		return l.acquireShared(ctx, key, cfg, p)
 	}
-	var ln *lane
-	for {
-		var err error
-		if ln, err = l.lane(key, cfg); err != nil {
-			return Slot{}, err
-		}
-		ln.mu.Lock()
-		if !ln.evicted {
-			break
-		}
-		ln.mu.Unlock() // evicted between the lookup and the lock: make it again
-	}
-	// Checked under the lane's lock, which Shutdown takes after setting
-	// closed: a call either sees closed here, or is in the queue when
-	// Shutdown empties it.
-	if l.closed.Load() {
-		ln.mu.Unlock()
-		l.emit(ctx, Event{Kind: Refused, Lane: key, Priority: p})
-		return Slot{}, ErrShuttingDown
+	ln, err := l.openLane(ctx, key, cfg, p)
+	if err != nil {
+		return Slot{}, err
 	}
 	cfg = ln.effLocked(l.cfg.Load()) // decide under the lock with the settings in force now
 	if ln.q.n == 0 && ln.fitsLocked(cfg, p) {
@@ -168,6 +152,30 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 
 // lane returns the lane named key, making it if it does not exist and
 // cfg.MaxLanes allows one more.
+// openLane returns lane key locked, made if need be, or refuses the call:
+// with the lane table's error, or ErrShuttingDown. closed is checked under
+// the lane's lock, which Shutdown takes after setting it: a call either
+// sees closed here, or is in the queue when Shutdown empties it.
+func (l *Limiter) openLane(ctx context.Context, key string, cfg *Config, p Priority) (*lane, error) {
+	for {
+		ln, err := l.lane(key, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ln.mu.Lock()
+		if ln.evicted {
+			ln.mu.Unlock() // evicted between the lookup and the lock: make it again
+			continue
+		}
+		if l.closed.Load() {
+			ln.mu.Unlock()
+			l.emit(ctx, Event{Kind: Refused, Lane: key, Priority: p})
+			return nil, ErrShuttingDown
+		}
+		return ln, nil
+	}
+}
+
 func (l *Limiter) lane(key string, cfg *Config) (*lane, error) {
 	if v, ok := l.lanes.Load(key); ok {
 		return v.(*lane), nil

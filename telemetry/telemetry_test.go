@@ -508,3 +508,25 @@ func TestEvictedLaneLeavesMetrics(t *testing.T) {
 	}
 	keep.Release()
 }
+
+// With an adaptive limit, {p}_llm_limit and the reserve are the lane's
+// current ones: the probe's limit first, then the initial limit.
+func TestAdaptiveLimitSeries(t *testing.T) {
+	s := newStack(t, limiter.Config{MaxInflight: 8, QueueTimeout: time.Minute, InteractiveReserve: 1,
+		Adaptive: &limiter.Adaptive{MinInflight: 1, Initial: 4}}, telemetry.Options{})
+	slot := s.take(limiter.Default)
+	_, body, _ := s.get("/metrics")
+	for _, want := range []string{`llmlanes_llm_limit{lane="` + lane + `"} 1`, `llmlanes_llm_reserve{lane="` + lane + `"} 0`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("during the probe, /metrics lacks %q", want)
+		}
+	}
+	s.lim.RecordFirstByte(context.Background(), lane, limiter.FirstByte{Sent: s.clock.Now(), After: time.Second, RequestBytes: 1000})
+	slot.Release()
+	_, body, _ = s.get("/metrics")
+	for _, want := range []string{`llmlanes_llm_limit{lane="` + lane + `"} 4`, `llmlanes_llm_reserve{lane="` + lane + `"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("after the probe, /metrics lacks %q", want)
+		}
+	}
+}

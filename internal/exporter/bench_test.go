@@ -158,23 +158,7 @@ func queuedMemory(b *testing.B, queued int, h2c bool) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for range queued {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-				if res, err := client.Do(req); err == nil {
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-				}
-			}()
-		}
-		for deadline := time.Now().Add(2 * time.Minute); queuedNow() < queued; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d queued", queuedNow(), queued)
-			}
-		}
+		wg := queueCalls(b, ctx, client, url, body, queued, queuedNow)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		inuse := func(m runtime.MemStats) float64 { return float64(m.HeapInuse + m.StackInuse) }
@@ -182,4 +166,27 @@ func queuedMemory(b *testing.B, queued int, h2c bool) {
 		cancel()
 		wg.Wait()
 	}
+}
+
+// queueCalls starts n calls to url and returns once n calls are queued
+// (queuedNow); cancel ctx, then wait on the group, to end them.
+func queueCalls(b *testing.B, ctx context.Context, client *http.Client, url, body string, n int, queuedNow func() int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+			if res, err := client.Do(req); err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(2 * time.Minute); queuedNow() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d queued", queuedNow(), n)
+		}
+	}
+	return &wg
 }

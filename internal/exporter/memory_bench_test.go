@@ -13,7 +13,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -137,23 +136,7 @@ func queuedBodies(b *testing.B, size, n int) {
 	}
 	g0, r0 := memUse()
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-			if res, err := client.Do(req); err == nil {
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-			}
-		}()
-	}
-	for deadline := time.Now().Add(2 * time.Minute); queuedNow() < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d queued", queuedNow(), n)
-		}
-	}
+	wg := queueCalls(b, ctx, client, url, body, n, queuedNow)
 	g1, r1 := memUse()
 	b.ReportMetric((g1-g0)/float64(n)/1024, "KiB/queued")
 	b.ReportMetric((r1-r0)/float64(n)/1024, "RSS-KiB/queued")

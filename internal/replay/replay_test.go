@@ -55,9 +55,9 @@ func sameFiles(t *testing.T, a, b map[string][]byte) {
 	}
 }
 
-// Every call is accounted for, and the lanes hold nothing at the end: no
-// slot lost, no call stranded.
-func checkAccounted(t *testing.T, r Report) {
+// everyCallEnded checks that every class had calls and that each ended,
+// completed or failed.
+func everyCallEnded(t *testing.T, r Report) {
 	t.Helper()
 	for c, s := range r.Classes {
 		failed := 0
@@ -68,6 +68,13 @@ func checkAccounted(t *testing.T, r Report) {
 			t.Errorf("%s %s: %d calls, %d completed, %d failed", r.Scenario, c, s.Calls, s.Completed, failed)
 		}
 	}
+}
+
+// Every call is accounted for, and the lanes hold nothing at the end: no
+// slot lost, no call stranded.
+func checkAccounted(t *testing.T, r Report) {
+	t.Helper()
+	everyCallEnded(t, r)
 	if last := r.Samples[len(r.Samples)-1]; last.Gateway != 0 || last.Queued.Interactive+last.Queued.Default+last.Queued.Bulk != 0 {
 		t.Errorf("%s: left at the end: %+v", r.Scenario, last)
 	}
@@ -183,15 +190,7 @@ func TestRunHTTP(t *testing.T) {
 	if r.Gateway.Peak > o.Limit || r.Gateway.Peak == 0 {
 		t.Errorf("peak %d at the gateway, limit %d", r.Gateway.Peak, o.Limit)
 	}
-	for c, s := range r.Classes {
-		failed := 0
-		for _, n := range s.Failed {
-			failed += n
-		}
-		if s.Calls != s.Completed+failed {
-			t.Errorf("%s: %d calls, %d completed, %d failed", c, s.Calls, s.Completed, failed)
-		}
-	}
+	everyCallEnded(t, r)
 	if f.Bound != o.Backoff || f.Scale != 0.005 || f.Faithful != (f.MaxLag < f.Bound) {
 		t.Errorf("fidelity %+v", f)
 	}
@@ -222,13 +221,5 @@ func TestRunShared(t *testing.T) {
 	if rep.Gateway.Peak > o.SharedLimit || rep.Gateway.Peak == 0 {
 		t.Errorf("peak %d at the gateway, shared limit %d", rep.Gateway.Peak, o.SharedLimit)
 	}
-	for c, s := range rep.Classes {
-		failed := 0
-		for _, n := range s.Failed {
-			failed += n
-		}
-		if s.Calls != s.Completed+failed || s.Calls == 0 {
-			t.Errorf("%s: %d calls, %d completed, %d failed", c, s.Calls, s.Completed, failed)
-		}
-	}
+	everyCallEnded(t, rep)
 }

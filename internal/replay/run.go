@@ -269,8 +269,8 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 				// An adaptive limit that rises grants waiters: settle collects
 				// them now, as it does after a release (their timers end when
 				// their goroutines run, and the next timer due must not be one
-				// of theirs).
-				e.dirty = true
+				// of theirs). A fixed limit grants nothing here.
+				e.dirty = e.dirty || s.o.Adaptive != nil
 			}
 		}
 		last = e.now()
