@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmlanes/llmlanes/limiter"
 )
@@ -34,7 +35,10 @@ type Options struct {
 type Bridge struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
-	lim        atomic.Pointer[limiter.Limiter]
+	// untraced: the TracerProvider is the no-op one, so a call outside any
+	// trace has no span to make, nor anything to hand on.
+	untraced bool
+	lim      atomic.Pointer[limiter.Limiter]
 
 	mu    sync.RWMutex // guards lanes; each laneMetrics guards itself
 	lanes map[string]*laneMetrics
@@ -51,8 +55,9 @@ func New(o Options) (*Bridge, error) {
 	if prop == nil {
 		prop = otel.GetTextMapPropagator()
 	}
+	_, untraced := tp.(tracenoop.TracerProvider)
 	return &Bridge{tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)), propagator: prop,
-		lanes: map[string]*laneMetrics{}}, nil
+		untraced: untraced, lanes: map[string]*laneMetrics{}}, nil
 }
 
 // now reads the watched limiter's clock, so that spans line up with the

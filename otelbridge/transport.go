@@ -74,6 +74,9 @@ func operation(path string) attribute.KeyValue {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.b.untraced && !trace.SpanContextFromContext(req.Context()).IsValid() {
+		return t.base.RoundTrip(req) // no span, no trace to hand on: spare the call the attributes
+	}
 	start := trace.WithTimestamp(t.b.now())
 	host, port := req.URL.Hostname(), req.URL.Port()
 	p, err := strconv.Atoi(port)

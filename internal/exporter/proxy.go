@@ -81,7 +81,8 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 	return up
 }
 
-// bufferPool recycles the proxy's 32 KiB copy buffers, which it would
+// bufferPool recycles 32 KiB buffers: the reverse proxy copies answers through
+// them, and request bodies are read into them (readBounded); each would
 // otherwise allocate for every call.
 type bufferPool struct{ pool sync.Pool }
 
@@ -150,6 +151,10 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	// seen in the last few minutes queues with that call's first arrival
 	// (lanehttp recognises it from its own memory, never from what the
 	// client claims).
+	if s.shared == nil {
+		sw := newStreamWriter(w)
+		w, ctx = sw, context.WithValue(ctx, streamKey{}, sw)
+	}
 	u.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -218,25 +223,32 @@ var (
 const readChunk = 32 << 10
 
 // readBounded reads a body up to limit bytes. It reserves each 32 KiB chunk
-// from the queued-bytes budget before allocating it, so memory follows the
+// from the queued-bytes budget before reading into it, so memory follows the
 // bytes that arrive (never a declared length) and the total held by every
-// call in progress stays within limits.max_queued_bytes; the chunks are
-// joined once the body is whole. It returns what it holds reserved, to be
-// released when the call ends, whatever the outcome.
+// call in progress stays within limits.max_queued_bytes. The chunks are
+// pooled buffers (the reverse proxy's); the body is copied out of them at
+// its exact size once it is whole, so a 1 KiB body holds 1 KiB while it
+// waits, and no call allocates 32 KiB. It returns what it holds reserved,
+// to be released when the call ends, whatever the outcome.
 func (s *Server) readBounded(body io.Reader, limit int64) (b []byte, held int64, err error) {
 	var chunks [][]byte
+	defer func() {
+		for _, c := range chunks {
+			s.buffers.Put(c[:cap(c)])
+		}
+	}()
 	var total int64
 	for {
 		if !s.queued.TryAcquire(readChunk) {
 			return nil, held, errQueuedBytes
 		}
 		held += readChunk
-		c := make([]byte, readChunk)
+		c := s.buffers.Get()[:readChunk]
 		n, rerr := io.ReadFull(body, c)
+		chunks = append(chunks, c[:n])
 		if total += int64(n); total > limit {
 			return nil, held, errBodyTooLarge
 		}
-		chunks = append(chunks, c[:n])
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			break // the end of the body, inside this chunk
 		}
@@ -244,9 +256,7 @@ func (s *Server) readBounded(body io.Reader, limit int64) (b []byte, held int64,
 			return nil, held, rerr
 		}
 	}
-	// Join the chunks into a body of exactly its size (a 1 KiB body then
-	// holds 1 KiB, not a chunk); the join holds the body twice for a
-	// moment, so count that too.
+	// The copy holds the body twice for a moment: count that too.
 	if !s.queued.TryAcquire(total) {
 		return nil, held, errQueuedBytes
 	}
@@ -362,11 +372,14 @@ func bodyFailed(r *http.Request) bool {
 
 // checkClientBody refuses an upstream's answer to a request whose body the
 // client broke off: what the upstream saw was not what the client meant.
+// Otherwise the answer's end is watched, to coalesce the last flush
+// (streamWriter).
 func checkClientBody(res *http.Response) error {
 	if bodyFailed(res.Request) {
 		res.Body.Close()
 		return errClientBody
 	}
+	watchEnd(res)
 	return nil
 }
 

@@ -24,8 +24,16 @@ func Start(s *Server, addr string) (*Listener, error) {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	sc := s.cfg.Load().Server // read at start, like listen
+	// HTTP/2 without TLS (h2c, prior knowledge) beside HTTP/1.1: a client
+	// that queues many calls then sends them as streams of one connection,
+	// each costing the proxy a goroutine, not a connection with its own
+	// goroutines and buffers.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	l := &Listener{Server: s, Addr: ln.Addr().String(), done: make(chan error, 1),
 		http: &http.Server{Handler: s.Handler(),
+			Protocols:         protocols,
 			ReadHeaderTimeout: time.Duration(sc.ReadHeaderTimeout),
 			IdleTimeout:       time.Duration(sc.IdleTimeout),
 			MaxHeaderBytes:    sc.MaxHeaderBytes,

@@ -213,8 +213,11 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 		out = new(http.Request)
 		*out = *req // a RoundTripper must not modify the caller's request
 	}
-	out.Body = newReplay(body)
-	out.GetBody = func() (io.ReadCloser, error) { return newReplay(body), nil }
+	// A NopCloser around a bytes.Reader is a body net/http knows is in
+	// memory: it writes the headers and the body in one write (one
+	// segment), where for any other body it flushes the headers first.
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 

@@ -1,0 +1,69 @@
+package exporter
+
+import (
+	"io"
+	"net/http"
+	"sync/atomic"
+)
+
+// streamWriter is the ResponseWriter the reverse proxy writes an answer
+// to. The reverse proxy flushes a stream after every write, so that no
+// event waits; streamWriter skips that flush once the gateway's body has
+// ended (the read that returned the last data also returned io.EOF): the
+// handler returns right after, and net/http then writes the last data and
+// the end of the response together, one write where there were two. An
+// event is never held back: while the body goes on, every write is
+// flushed as before.
+//
+// It applies only when releasing the call's slot cannot block: with lanes
+// shared in Redis the release is a round trip to Redis, made before the
+// handler returns, and the last data must not wait for it.
+type streamWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	ended atomic.Bool // the gateway's body has ended
+}
+
+type streamKey struct{}
+
+func newStreamWriter(w http.ResponseWriter) *streamWriter {
+	return &streamWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+}
+
+// FlushError is what http.ResponseController, and so the reverse proxy,
+// calls to flush.
+func (w *streamWriter) FlushError() error {
+	if w.ended.Load() {
+		return nil
+	}
+	return w.rc.Flush()
+}
+
+// Unwrap gives http.ResponseController the writer underneath (for
+// Hijack, deadlines and full duplex).
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// endWatch is the gateway's response body, seen by the reverse proxy: it
+// tells the streamWriter when the body has ended.
+type endWatch struct {
+	io.ReadCloser
+	w *streamWriter
+}
+
+func (b *endWatch) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.w.ended.Store(true)
+	}
+	return n, err
+}
+
+// watchEnd puts an endWatch on res's body when the call came through a
+// streamWriter. A protocol switch (101) keeps its body, which the reverse
+// proxy uses as the connection.
+func watchEnd(res *http.Response) {
+	w, ok := res.Request.Context().Value(streamKey{}).(*streamWriter)
+	if ok && res.StatusCode != http.StatusSwitchingProtocols && res.Body != nil {
+		res.Body = &endWatch{res.Body, w}
+	}
+}

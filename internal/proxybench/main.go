@@ -1,0 +1,91 @@
+// Command proxybench measures lanes-exporter as its users see it, beside
+// HAProxy configured as the same lane: a gateway, each proxy and the load
+// generator each in a process of their own, on loopback, in interleaved
+// rounds. It prints one JSON object, the goals checked and a Markdown
+// section, which internal/benchreport puts into docs/BENCHMARKS.md.
+//
+//	go run ./internal/proxybench -lanes path/to/lanes-exporter
+//
+// It plays every part itself: -role upstream is the gateway, -role load the
+// load generator; without -role it starts them, the proxies, and measures.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"log"
+	"net"
+	"os"
+	"time"
+)
+
+func main() {
+	role := flag.String("role", "", "upstream | load (internal: the parts it starts)")
+	// The load generator's flags.
+	mode := flag.String("mode", "latency", "load: latency | throughput | queue | priority")
+	url := flag.String("url", "", "load: where calls go")
+	n := flag.Int("n", 1000, "load: calls (latency, queue) or the backlog (priority)")
+	conc := flag.Int("c", 64, "load: concurrent callers (throughput) or the lane's limit (priority)")
+	dur := flag.Duration("d", 3*time.Second, "load: how long (throughput)")
+	ms := flag.Int("ms", 1000, "load: how long each bulk call holds its slot (priority)")
+	h2 := flag.Bool("h2", false, "load: HTTP/2 cleartext (prior knowledge) instead of HTTP/1.1")
+	listen := flag.String("listen", "", "upstream: listen here (by hand, to profile a proxy) instead of on the listener handed over")
+	// The orchestrator's.
+	var o options
+	flag.StringVar(&o.lanes, "lanes", "", "the lanes-exporter binary (required)")
+	flag.IntVar(&o.rounds, "rounds", 5, "interleaved rounds of every measurement")
+	flag.IntVar(&o.calls, "calls", 3000, "sequential calls per latency measurement")
+	flag.StringVar(&o.lanesEnv, "lanes-env", "", "environment settings for lanes-exporter, space-separated (GOMAXPROCS=1 ...)")
+	flag.StringVar(&o.only, "only", "", "measure only these, comma-separated: latency,throughput,priority,memory (default all)")
+	flag.BoolVar(&o.quick, "quick", false, "a short run (tests): fewer calls, rounds and queued calls")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("proxybench: ")
+
+	switch *role {
+	case "upstream":
+		var ln net.Listener
+		var err error
+		if *listen != "" {
+			ln, err = net.Listen("tcp", *listen)
+		} else {
+			ln, err = net.FileListener(os.NewFile(3, "listener"))
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Fatal(serveUpstream(ln))
+	case "load":
+		var r loadResult
+		var err error
+		switch *mode {
+		case "latency":
+			r, err = runLatency(*url, *n, *h2)
+		case "throughput":
+			r, err = runThroughput(*url, *conc, *dur, *h2)
+		case "queue":
+			err = runQueue(*url, *n, *h2)
+		case "priority":
+			r, err = runPriority(*url, *conc, *n, *ms)
+		default:
+			log.Fatalf("unknown -mode %q", *mode)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		if *mode != "queue" {
+			json.NewEncoder(os.Stdout).Encode(r)
+		}
+	case "":
+		if o.lanes == "" {
+			log.Fatal("-lanes is required")
+		}
+		rep, err := measure(o)
+		if err != nil {
+			log.Fatal(err)
+		}
+		json.NewEncoder(os.Stdout).Encode(rep)
+	default:
+		log.Fatalf("unknown -role %q", *role)
+	}
+}

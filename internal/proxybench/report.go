@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// params are every setting of a run; the report prints them all.
+type params struct {
+	Rounds            int    `json:"rounds"`
+	Calls             int    `json:"calls"`
+	Warm              int    `json:"warm"`
+	LatencyLimit      int    `json:"latency_limit"`
+	ThroughputLimit   int    `json:"throughput_limit"`
+	ThroughputCallers int    `json:"throughput_callers"`
+	ThroughputMs      int    `json:"throughput_ms"`
+	ThroughputSeconds int    `json:"throughput_seconds"`
+	PriorityLimit     int    `json:"priority_limit"`
+	PriorityBacklog   int    `json:"priority_backlog"`
+	PriorityMs        int    `json:"priority_ms"`
+	Queued            []int  `json:"queued"`
+	QueueRounds       int    `json:"queue_rounds"`
+	LanesEnv          string `json:"lanes_env,omitempty"`
+}
+
+// report is what proxybench prints: the goals, checked, and the section
+// of docs/BENCHMARKS.md.
+type report struct {
+	Params   params  `json:"params"`
+	Samples  samples `json:"samples"`
+	Goals    []goal  `json:"goals"`
+	Markdown string  `json:"markdown"`
+}
+
+type goal struct {
+	Text     string `json:"text"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func spread(v []float64) string {
+	if len(v) == 0 {
+		return "not run"
+	}
+	f := "%.0f"
+	if m := median(v); m < 10 && m > -10 {
+		f = "%.2f"
+	} else if m < 100 && m > -100 {
+		f = "%.1f"
+	}
+	if len(v) == 1 {
+		return fmt.Sprintf(f, v[0])
+	}
+	return fmt.Sprintf(f+" ("+f+"–"+f+")", median(v), slices.Min(v), slices.Max(v))
+}
+
+// rows are the figures compared, with their goals: the ratio lanes /
+// HAProxy of the medians at most max (or at least min).
+var rows = []struct {
+	key, label string
+	max, min   float64
+}{
+	{"p50_added_us", "added latency p50, µs", 1.5, 0},
+	{"p99_added_us", "added latency p99, µs", 2, 0},
+	{"cpu_us_per_call", "proxy CPU per call, µs", 1.5, 0},
+	{"calls_per_s", "throughput at the limit, calls/s", 0, 1},
+	{"interactive_wait_ms", "interactive call behind the bulk backlog, ms", 0, 0},
+}
+
+func newReport(p params, s samples) *report {
+	r := &report{Params: p, Samples: s}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Settings: %d interleaved rounds; latency: %d sequential calls on one connection after %d to warm up, "+
+		"a lane of %d (never full), the gateway direct in the same round as the reference; throughput: %d callers, a lane of %d, "+
+		"calls of %d ms, %d s; priority: a lane of %d full of bulk calls of %d ms and %d more queued, then one interactive call; "+
+		"memory: %v calls queued behind the one call holding a lane of 1, a fresh proxy each time, %d rounds. "+
+		"Each figure: the median of the rounds (lowest–highest).\n\n",
+		p.Rounds, p.Calls, p.Warm, p.LatencyLimit, p.ThroughputCallers, p.ThroughputLimit, p.ThroughputMs, p.ThroughputSeconds,
+		p.PriorityLimit, p.PriorityMs, p.PriorityBacklog, p.Queued, p.QueueRounds)
+	fmt.Fprintf(&b, "| measure | lanes-exporter | HAProxy | ratio | goal |\n| --- | ---: | ---: | ---: | --- |\n")
+	fmt.Fprintf(&b, "| gateway direct: latency p50 / p99, µs | %s / %s | | | |\n", spread(s["direct/p50_us"]), spread(s["direct/p99_us"]))
+	type row struct {
+		key, label string
+		max, min   float64
+	}
+	all := []row{}
+	for _, x := range rows {
+		all = append(all, row(x))
+	}
+	for _, n := range p.Queued {
+		all = append(all,
+			row{fmt.Sprintf("rss_kib_per_queued_http1_%d", n), fmt.Sprintf("RSS per queued call, HTTP/1.1, %d queued, KiB", n), 1.5, 0},
+			row{fmt.Sprintf("rss_kib_per_queued_h2c_%d", n), fmt.Sprintf("RSS per queued call, HTTP/2, %d queued, KiB", n), 1, 0})
+	}
+	for _, x := range all {
+		l, h := s["lanes/"+x.key], s["haproxy/"+x.key]
+		ratio := median(l) / median(h)
+		g := ""
+		switch {
+		case x.max > 0:
+			g = fmt.Sprintf("≤ %gx", x.max)
+			r.Goals = append(r.Goals, goal{fmt.Sprintf("proxy %s: at most %gx HAProxy's", x.label, x.max),
+				fmt.Sprintf("%s vs %s = %.2fx", spread(l), spread(h), ratio), ratio <= x.max})
+		case x.min > 0:
+			g = fmt.Sprintf("≥ %gx", x.min)
+			r.Goals = append(r.Goals, goal{fmt.Sprintf("proxy %s: at least %gx HAProxy's", x.label, x.min),
+				fmt.Sprintf("%s vs %s = %.2fx", spread(l), spread(h), ratio), ratio >= x.min})
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2fx | %s |\n", x.label, spread(l), spread(h), ratio, g)
+	}
+	r.Markdown = b.String()
+	return r
+}
