@@ -22,12 +22,15 @@ NODE_SDK = internal/exporter/testdata/node-sdk
 
 ## tools: what the tests need beyond Go, installed when missing (apt-get needs root, as
 ## in CI): promtool, from Debian's prometheus package; redis-server and redis-cli, from
-## Debian's redis-server package, for the shared lanes; Node.js and the official OpenAI
-## Node SDK (pinned in $(NODE_SDK)/package-lock.json) for the proxy's retry test
+## Debian's redis-server package, for the shared lanes; haproxy, Debian's, which the
+## proxy is measured beside (make bench, and a short run in the tests); Node.js and the
+## official OpenAI Node SDK (pinned in $(NODE_SDK)/package-lock.json) for the proxy's
+## retry test
 tools:
 	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 	@command -v npm >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm; }
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; }
+	@command -v haproxy >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy; }
 	@test -d $(NODE_SDK)/node_modules/openai || npm ci --prefix $(NODE_SDK) --no-audit --no-fund --loglevel=error
 
 ## e2e: end-to-end tests that need software beyond Go: the status page in Debian's
@@ -44,8 +47,10 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## bench: run the benchmarks and rewrite docs/BENCHMARKS.md with figures and ratios
-## (the raw go test output is kept in docs/bench/raw.txt; re-render it with
+## bench: run the benchmarks, then lanes-exporter beside HAProxy (internal/proxybench,
+## each part in its own process, a few minutes), and rewrite docs/BENCHMARKS.md with
+## figures and ratios (the raw go test output is kept in docs/bench/raw.txt, the proxy
+## figures in docs/bench/proxy.json; re-render both with
 ##  go run ./internal/benchreport -in docs/bench/raw.txt)
 bench: tools
 	$(GO) run ./internal/benchreport $(BENCHFLAGS) -out docs/BENCHMARKS.md 2> docs/bench/raw.txt

@@ -35,6 +35,9 @@ func main() {
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime")
 	pkgs := flag.String("pkgs", "./...", "packages to benchmark")
 	in := flag.String("in", "", "render this saved `go test -bench` output instead of running the benchmarks")
+	proxy := flag.String("proxy", "docs/bench/proxy.json", "where the proxy-beside-HAProxy figures (internal/proxybench) are kept; with -in, read from there")
+	noProxy := flag.Bool("no-proxy", false, "skip the proxy-beside-HAProxy measurement")
+	proxyQuick := flag.Bool("proxy-quick", false, "a short proxy-beside-HAProxy run (one round, few calls; its figures are rough)")
 	flag.Parse()
 
 	args := []string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(*count), "-benchtime", *benchtime}
@@ -54,9 +57,20 @@ func main() {
 			log.Fatalf("go %s: %v", strings.Join(args, " "), err)
 		}
 	}
+	var px *proxyReport
+	switch {
+	case *noProxy:
+	case *in != "":
+		px = readProxy(*proxy)
+	default:
+		var err error
+		if px, err = runProxy(*proxy, *proxyQuick); err != nil {
+			log.Fatal(err)
+		}
+	}
 	res, cpu := parse(&raw)
 	var b bytes.Buffer
-	report(&b, res, cpu, "go "+strings.Join(args, " "))
+	report(&b, res, cpu, "go "+strings.Join(args, " "), px)
 	if err := os.WriteFile(*out, b.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
@@ -126,7 +140,7 @@ func isAnchor(impl string) bool {
 	return false
 }
 
-func report(w io.Writer, res map[string]*result, cpu, command string) {
+func report(w io.Writer, res map[string]*result, cpu, command string, px *proxyReport) {
 	fmt.Fprintf(w, "# Benchmarks\n\n")
 	fmt.Fprintf(w, "Produced by `make bench` (`go run ./internal/benchreport`) on %s, %s, %s/%s, %d CPUs (%s).\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu)
@@ -138,6 +152,12 @@ func report(w io.Writer, res map[string]*result, cpu, command string) {
 	for _, g := range goals {
 		m, ok := g.check(res)
 		fmt.Fprintf(w, "| %s | %s | %s |\n", g.text, m, yes(ok))
+	}
+	if px != nil {
+		for _, g := range px.Goals {
+			fmt.Fprintf(w, "| %s | %s | %s |\n", g.Text, g.Measured, yes(g.Met))
+		}
+		fmt.Fprintf(w, "\n## lanes-exporter beside HAProxy\n\n%s%s%s", proxyIntro, px.Markdown, proxyProfile)
 	}
 
 	groups := map[string][]*result{}

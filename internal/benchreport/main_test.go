@@ -33,7 +33,7 @@ func TestParseTakesMedianAndStripsProcs(t *testing.T) {
 func TestReportRatiosAndGoals(t *testing.T) {
 	res, cpu := parse(strings.NewReader(sample))
 	var b bytes.Buffer
-	report(&b, res, cpu, "go test")
+	report(&b, res, cpu, "go test", nil)
 	out := b.String()
 	for _, want := range []string{
 		"| uncontended | llmlanes | 42.0 | 0 | 0 |  | 2.10x semaphore |",
@@ -45,5 +45,29 @@ func TestReportRatiosAndGoals(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q\n%s", want, out)
 		}
+	}
+}
+
+// The proxy's figures beside HAProxy join the goals and get their section,
+// with the profile that explains the goals they miss.
+func TestReportWithProxy(t *testing.T) {
+	res, cpu := parse(strings.NewReader(sample))
+	px := &proxyReport{Markdown: "| added latency p50, µs | 287 | 73.4 | 3.91x | ≤ 1.5x |\n",
+		Goals: []proxyGoal{{"beside HAProxy, added latency p50, µs: at most 1.5x HAProxy's", "287 vs 73.4 = 3.91x", false}}}
+	var b bytes.Buffer
+	report(&b, res, cpu, "go test", px)
+	out := b.String()
+	for _, want := range []string{
+		"| beside HAProxy, added latency p50, µs: at most 1.5x HAProxy's | 287 vs 73.4 = 3.91x | **no** |",
+		"## lanes-exporter beside HAProxy",
+		"| added latency p50, µs | 287 |",
+		"### Where the proxy's time and memory go",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Index(out, "## lanes-exporter beside HAProxy") < strings.Index(out, "| beside HAProxy, added latency") {
+		t.Error("the proxy's goals are not in the goals table")
 	}
 }

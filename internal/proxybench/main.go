@@ -35,7 +35,7 @@ func main() {
 	flag.StringVar(&o.lanes, "lanes", "", "the lanes-exporter binary (required)")
 	flag.IntVar(&o.rounds, "rounds", 5, "interleaved rounds of every measurement")
 	flag.IntVar(&o.calls, "calls", 3000, "sequential calls per latency measurement")
-	flag.StringVar(&o.lanesEnv, "lanes-env", "", "environment settings for lanes-exporter, space-separated (GOMAXPROCS=1 ...)")
+	flag.StringVar(&o.variant, "variant", "", "also measure latency and CPU of a lanes-exporter run with this environment, space-separated (GOMAXPROCS=1 ...)")
 	flag.StringVar(&o.only, "only", "", "measure only these, comma-separated: latency,throughput,priority,memory (default all)")
 	flag.BoolVar(&o.quick, "quick", false, "a short run (tests): fewer calls, rounds and queued calls")
 	flag.Parse()

@@ -18,9 +18,10 @@ type options struct {
 	rounds int
 	calls  int
 	quick  bool
-	// lanesEnv is added to lanes-exporter's environment.
-	lanesEnv string
-	only     string
+	// variant, if set, is an environment (GOMAXPROCS=1 ...) in which a
+	// second lanes-exporter is measured for latency and CPU.
+	variant string
+	only    string
 }
 
 func (o options) runs(what string) bool {
@@ -95,19 +96,34 @@ type bench struct {
 
 var proxies = []string{"lanes", "haproxy"}
 
-func (b *bench) start(name string, limit int) (*proc, error) {
-	if name == "lanes" {
-		return startLanes(b.o.lanes, b.dir, b.up.url, limit, strings.Fields(b.o.lanesEnv))
+// variant is lanes-exporter with the -variant environment, measured for
+// latency and CPU beside the others.
+const variant = "lanes-variant"
+
+// start starts a proxy with a lane of limit. lanes-exporter keeps its
+// default interactive reserve (1) in the priority measurement, where it is
+// the point, and none elsewhere, so that its lane lets as many calls
+// through as HAProxy's.
+func (b *bench) start(name string, limit int, reserve bool) (*proc, error) {
+	switch name {
+	case "lanes":
+		return startLanes(b.o.lanes, b.dir, b.up.url, limit, reserve, nil)
+	case variant:
+		p, err := startLanes(b.o.lanes, b.dir, b.up.url, limit, reserve, strings.Fields(b.o.variant))
+		if p != nil {
+			p.name = variant
+		}
+		return p, err
 	}
 	return startHAProxy(b.dir, b.up.url, limit)
 }
 
-// each starts both proxies with a lane of limit and calls f for each, in
+// each starts the proxies with a lane of limit and calls f for each, in
 // every round, in interleaved order.
-func (b *bench) each(limit int, f func(round int, px *proc) error) error {
+func (b *bench) each(proxies []string, limit int, reserve bool, f func(round int, px *proc) error) error {
 	ps := map[string]*proc{}
 	for _, name := range proxies {
-		px, err := b.start(name, limit)
+		px, err := b.start(name, limit, reserve)
 		if err != nil {
 			return err
 		}
@@ -129,7 +145,7 @@ func (b *bench) each(limit int, f func(round int, px *proc) error) error {
 func measure(o options) (*report, error) {
 	b := &bench{o: o, s: samples{}, p: params{Rounds: o.rounds, Calls: o.calls, Warm: 300, LatencyLimit: 64,
 		ThroughputLimit: 32, ThroughputCallers: 64, ThroughputMs: 20, ThroughputSeconds: 3,
-		PriorityLimit: 4, PriorityBacklog: 100, PriorityMs: 1000, Queued: []int{5000, 10000}, QueueRounds: 3, LanesEnv: o.lanesEnv}}
+		PriorityLimit: 4, PriorityBacklog: 100, PriorityMs: 1000, Queued: []int{5000, 10000}, QueueRounds: 3, Variant: o.variant}}
 	if o.quick {
 		b.p.Rounds, b.p.Calls, b.p.Warm, b.p.ThroughputSeconds, b.p.Queued, b.p.QueueRounds = 1, 300, 50, 1, []int{200}, 1
 	}
@@ -164,7 +180,11 @@ func (b *bench) latency() error {
 	p, up := b.p, b.up
 	log.Printf("latency: %d rounds of %d sequential calls", p.Rounds, p.Calls)
 	direct := make([]loadResult, p.Rounds)
-	return b.each(p.LatencyLimit, func(r int, px *proc) error {
+	names := proxies
+	if b.o.variant != "" {
+		names = []string{"lanes", variant, "haproxy"}
+	}
+	return b.each(names, p.LatencyLimit, false, func(r int, px *proc) error {
 		var err error
 		if direct[r].Calls == 0 {
 			if _, err := load(b.self, "-url", up.url, "-n", strconv.Itoa(p.Warm)); err != nil {
@@ -196,7 +216,7 @@ func (b *bench) latency() error {
 func (b *bench) throughput() error {
 	p := b.p
 	log.Printf("throughput: %d callers, a lane of %d, calls of %d ms", p.ThroughputCallers, p.ThroughputLimit, p.ThroughputMs)
-	return b.each(p.ThroughputLimit, func(r int, px *proc) error {
+	return b.each(proxies, p.ThroughputLimit, false, func(r int, px *proc) error {
 		res, err := load(b.self, "-mode", "throughput", "-url", fmt.Sprintf("%s?ms=%d", px.url, p.ThroughputMs),
 			"-c", strconv.Itoa(p.ThroughputCallers), "-d", fmt.Sprint(time.Duration(p.ThroughputSeconds)*time.Second))
 		if err != nil {
@@ -212,7 +232,7 @@ func (b *bench) throughput() error {
 func (b *bench) priority() error {
 	p := b.p
 	log.Printf("priority: an interactive call behind %d bulk calls queued on a lane of %d", p.PriorityBacklog, p.PriorityLimit)
-	return b.each(p.PriorityLimit, func(r int, px *proc) error {
+	return b.each(proxies, p.PriorityLimit, true, func(r int, px *proc) error {
 		l, err := startLoad(b.self, "-mode", "priority", "-url", px.url, "-c", strconv.Itoa(p.PriorityLimit),
 			"-n", strconv.Itoa(p.PriorityBacklog), "-ms", strconv.Itoa(p.PriorityMs))
 		if err != nil {
@@ -273,7 +293,7 @@ func waitQueued0(p *proc) error {
 
 func (b *bench) queuedRSS(name string, n int, h2 bool) (float64, error) {
 	self := b.self
-	px, err := b.start(name, 1)
+	px, err := b.start(name, 1, false)
 	if err != nil {
 		return 0, err
 	}

@@ -108,14 +108,19 @@ func startUpstream(self string) (*proc, error) {
 }
 
 // startLanes runs lanes-exporter with one upstream and a lane of limit,
-// otherwise on its defaults.
-func startLanes(bin, dir, upstream string, limit int, env []string) (*proc, error) {
+// otherwise on its defaults; reserve false sets interactive_reserve to 0,
+// the lane HAProxy has (it keeps no slot for a class).
+func startLanes(bin, dir, upstream string, limit int, reserve bool, env []string) (*proc, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	base := strings.TrimSuffix(upstream, "/chat/completions")
-	cfg := fmt.Sprintf("listen: %s\nlimiter: {max_inflight: %d}\nupstreams: [{name: gw, base_url: %q}]\n", addr, limit, base)
+	lim := fmt.Sprintf("{max_inflight: %d, interactive_reserve: 0}", limit)
+	if reserve {
+		lim = fmt.Sprintf("{max_inflight: %d}", limit)
+	}
+	cfg := fmt.Sprintf("listen: %s\nlimiter: %s\nupstreams: [{name: gw, base_url: %q}]\n", addr, lim, base)
 	file := filepath.Join(dir, "lanes.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return nil, err
