@@ -37,6 +37,7 @@ func main() {
 	flag.IntVar(&o.calls, "calls", 3000, "sequential calls per latency measurement")
 	flag.StringVar(&o.variant, "variant", "", "also measure latency and CPU of a lanes-exporter run with this environment, space-separated (GOMAXPROCS=1 ...)")
 	flag.StringVar(&o.only, "only", "", "measure only these, comma-separated: latency,throughput,priority,memory (default all)")
+	render := flag.String("render", "", "render the figures of this saved run (its JSON output) again, without measuring")
 	flag.BoolVar(&o.quick, "quick", false, "a short run (tests): fewer calls, rounds and queued calls")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -77,6 +78,14 @@ func main() {
 			json.NewEncoder(os.Stdout).Encode(r)
 		}
 	case "":
+		if *render != "" {
+			rep, err := rerender(*render)
+			if err != nil {
+				log.Fatal(err)
+			}
+			json.NewEncoder(os.Stdout).Encode(rep)
+			return
+		}
 		if o.lanes == "" {
 			log.Fatal("-lanes is required")
 		}

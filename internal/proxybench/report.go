@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 )
@@ -46,6 +48,14 @@ func median(v []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// times formats a ratio with two significant digits at least.
+func times(r float64) string {
+	if r > -0.1 && r < 0.1 {
+		return fmt.Sprintf("%.2gx", r)
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 func spread(v []float64) string {
@@ -123,11 +133,24 @@ func newReport(p params, s samples) *report {
 			r.Goals = append(r.Goals, goal{fmt.Sprintf("beside HAProxy, %s: at least %gx HAProxy's", x.label, x.min),
 				measured, median(h) > 0 && ratio >= x.min})
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2fx | %s |\n", x.label, spread(l), spread(h), ratio, g)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", x.label, spread(l), spread(h), times(ratio), g)
 		if v := s[variant+"/"+x.key]; len(v) > 0 {
-			fmt.Fprintf(&b, "| %s, lanes-exporter with `%s` | %s | %s | %.2fx | |\n", x.label, p.Variant, spread(v), spread(h), median(v)/median(h))
+			fmt.Fprintf(&b, "| %s, lanes-exporter with `%s` | %s | %s | %s | |\n", x.label, p.Variant, spread(v), spread(h), times(median(v)/median(h)))
 		}
 	}
 	r.Markdown = b.String()
 	return r
+}
+
+// rerender reads a saved run and renders its figures again.
+func rerender(file string) (*report, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return newReport(r.Params, r.Samples), nil
 }
