@@ -419,3 +419,20 @@ func TestRoutesAndStatusPage(t *testing.T) {
 		t.Errorf("GET /-/reload: %d", code)
 	}
 }
+
+// newTestServer builds a server from a configuration, with its own
+// connection pool to the upstreams, closed with the test.
+func newTestServer(t *testing.T, yaml string) *Server {
+	t.Helper()
+	cfg, err := ParseConfig("lanes.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	srv, err := New(cfg, Options{Base: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}

@@ -52,16 +52,7 @@ func TestStreamFlushes(t *testing.T) {
 		io.WriteString(w, "data: b\n\ndata: [DONE]\n\n")
 	}))
 	defer gw.Close()
-	cfg, err := ParseConfig("lanes.yaml", []byte(fmt.Sprintf("upstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	srv, err := New(cfg, Options{Base: base})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newTestServer(t, fmt.Sprintf("upstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1"))
 	front := httptest.NewUnstartedServer(srv.Handler())
 	rl := &recordingListener{Listener: front.Listener}
 	front.Listener = rl

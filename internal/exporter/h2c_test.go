@@ -15,14 +15,7 @@ import (
 // same port is served too.
 func TestH2C(t *testing.T) {
 	up := newUpstream(t)
-	cfg, err := ParseConfig("lanes.yaml", []byte("limiter: {max_inflight: 1, interactive_reserve: 0}\nupstreams: [{name: gw, base_url: \""+up.srv.URL+"/v1\"}]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{Base: &http.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newTestServer(t, "limiter: {max_inflight: 1, interactive_reserve: 0}\nupstreams: [{name: gw, base_url: \""+up.srv.URL+"/v1\"}]\n")
 	l, err := Start(srv, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -31,22 +31,13 @@ func TestTargets(t *testing.T) {
 	downURL := "http://" + l.Addr().String() + "/api/telemetry/llm-lanes"
 	l.Close() // nothing listens there
 
-	cfg, err := ParseConfig("t.yaml", []byte(fmt.Sprintf(`
+	srv := newTestServer(t, fmt.Sprintf(`
 limiter: {max_inflight: 6}
 upstreams: [{name: gw, base_url: "%s/v1", capacity: 8}]
 targets:
   - {name: vera, url: "%s/api/telemetry/llm-lanes", interval: 1h}
   - {name: down, url: "%s", interval: 1h}
-`, up.srv.URL, vera.URL, downURL)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	srv, err := New(cfg, Options{Base: base})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, up.srv.URL, vera.URL, downURL))
 	defer srv.Shutdown(context.Background())
 	front := httptest.NewServer(srv.Handler())
 	defer front.Close()
