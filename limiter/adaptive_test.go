@@ -36,10 +36,16 @@ func (a *adaptiveLane) limit() int { return a.lim.Snapshot().Lanes[0].Limit }
 
 func (a *adaptiveLane) state() *limiter.AdaptiveState { return a.lim.Snapshot().Lanes[0].Adaptive }
 
-// atOnce bounds, in real time, an acquisition that must not wait (the
-// fake clock never moves on its own): long enough that a loaded machine
-// does not make a grant look like a wait.
-const atOnce = 200 * time.Millisecond
+// atOnce bounds, in real time, an acquisition that must not wait. In these
+// tests nothing releases a slot while a call waits, so a call that is not
+// granted at once is never granted: the bound only keeps a failing test
+// from hanging, and a loaded machine cannot make a grant look like a wait.
+// notGranted is how long a call that must not be granted is given: a short
+// wait, for the same reason.
+const (
+	atOnce     = 10 * time.Second
+	notGranted = 50 * time.Millisecond
+)
 
 // hold takes n slots at once; it fails if one is not granted at once.
 func (a *adaptiveLane) hold(n int) {
@@ -330,14 +336,22 @@ func (a *adaptiveLane) holdPrio(n int, p limiter.Priority) {
 }
 
 // waitBulk queues one bulk call (the lane then has a waiter); it returns
-// its cancel.
-func (a *adaptiveLane) waitBulk() context.CancelFunc {
+// a stop that cancels it and returns once it has left the lane (a slot
+// granted to it as it was canceled is given back), so that the next
+// acquisition finds no waiter ahead of it.
+func (a *adaptiveLane) waitBulk() (stop func()) {
 	ctx, cancel := context.WithCancel(limiter.WithPriority(context.Background(), limiter.Bulk))
-	go a.lim.Acquire(ctx, akey)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if s, err := a.lim.Acquire(ctx, akey); err == nil {
+			s.Release()
+		}
+	}()
 	for a.lim.Snapshot().Lanes[0].Queued == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	return cancel
+	return func() { cancel(); <-done }
 }
 
 // With a reserve and no interactive call in the last HoldOff, a lane
@@ -469,8 +483,12 @@ func TestAdaptiveDropKeepsReserve(t *testing.T) {
 	if a.limit() != 2 {
 		t.Fatalf("limit %d, want 2", a.limit())
 	}
-	try := func(p limiter.Priority) error {
-		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), atOnce)
+	try := func(p limiter.Priority, granted bool) error {
+		wait := notGranted
+		if granted {
+			wait = atOnce
+		}
+		ctx, cancel := context.WithTimeout(limiter.WithPriority(context.Background(), p), wait)
 		defer cancel()
 		s, err := a.lim.Acquire(ctx, akey)
 		if err == nil {
@@ -478,13 +496,13 @@ func TestAdaptiveDropKeepsReserve(t *testing.T) {
 		}
 		return err
 	}
-	if err := try(limiter.Bulk); err == nil {
+	if err := try(limiter.Bulk, false); err == nil {
 		t.Fatal("a bulk call granted above the lowered limit")
 	}
-	if err := try(limiter.Interactive); err != nil {
+	if err := try(limiter.Interactive, true); err != nil {
 		t.Fatalf("the interactive call lost its reserve to the drop: %v", err)
 	}
-	if err := try(limiter.Interactive); err == nil {
+	if err := try(limiter.Interactive, false); err == nil {
 		t.Fatal("a second interactive call granted: the reserve is one")
 	}
 	// Drained (the bulk calls ended): the lowered limit's own rules.
@@ -492,10 +510,10 @@ func TestAdaptiveDropKeepsReserve(t *testing.T) {
 		a.held[i].Release()
 	}
 	a.held = a.held[7:]
-	if err := try(limiter.Interactive); err != nil {
+	if err := try(limiter.Interactive, true); err != nil {
 		t.Fatalf("at limit 2 with one interactive call in flight: %v", err)
 	}
-	if err := try(limiter.Interactive); err == nil {
+	if err := try(limiter.Interactive, false); err == nil {
 		t.Fatal("a third call past the limit of 2")
 	}
 }
