@@ -13,6 +13,7 @@ import (
 	"time"
 )
 
+// options are the orchestrator's flags.
 type options struct {
 	lanes  string
 	rounds int
@@ -24,12 +25,14 @@ type options struct {
 	only    string
 }
 
+// runs reports whether the measurement named what is to run (-only).
 func (o options) runs(what string) bool {
 	return o.only == "" || strings.Contains(","+o.only+",", ","+what+",")
 }
 
-// sample is one figure of one proxy in one round.
-type samples map[string][]float64 // "lanes/p50_added_us" → one value per round
+// samples are the figures, one per round, by proxy and measure
+// ("lanes/p50_added_us").
+type samples map[string][]float64
 
 func (s samples) add(proxy, what string, v float64) { s[proxy+"/"+what] = append(s[proxy+"/"+what], v) }
 
@@ -45,8 +48,9 @@ func load(self string, args ...string) (loadResult, error) {
 	return r, json.Unmarshal(out, &r)
 }
 
-// interactiveLoad starts a load generator that prints a line once its
-// calls are sent, and waits for the proxy to report them queued.
+// interactiveLoad is a load generator that keeps its calls open: it prints
+// a line once they are sent, and goes on when its standard input says so
+// (a line, or the end of it).
 type interactiveLoad struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
@@ -70,6 +74,7 @@ func startLoad(self string, args ...string) (*interactiveLoad, error) {
 	return l, nil
 }
 
+// waitQueued waits, 3 minutes at most, until p reports n calls queued.
 func waitQueued(p *proc, n int) error {
 	got := 0
 	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
