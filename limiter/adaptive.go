@@ -126,20 +126,18 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	if cfg.MaxInflight == 0 || cfg.Adaptive == nil {
 		return
 	}
-	v, ok := l.lanes.Load(key)
-	if !ok {
+	ln := l.lockedLane(key)
+	if ln == nil {
 		return
 	}
-	ln := v.(*lane)
-	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	eff := ln.effLocked(cfg)
 	// Using its slots when the first byte came: every one held, or calls
 	// waiting for one (firstByte also asks that the call was sent into a
 	// full lane: see full).
 	busy := ln.inflight >= eff.MaxInflight || ln.q.n > 0 || ln.waiting != [3]int{}
-	if ln.adapt.firstByte(l.clock.Now(), fb, ln.inflight, eff.Reserve(), busy) {
-		ln.dispatchLocked(l.clock.Now())
+	if now := l.clock.Now(); ln.adapt.firstByte(now, fb, ln.inflight, eff.Reserve(), busy) {
+		ln.dispatchLocked(now)
 	}
 }
 

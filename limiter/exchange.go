@@ -121,12 +121,10 @@ func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 	if l.cfg.Load().MaxInflight == 0 {
 		return
 	}
-	v, ok := l.lanes.Load(key)
-	if !ok {
+	ln := l.lockedLane(key)
+	if ln == nil {
 		return
 	}
-	ln := v.(*lane)
-	ln.mu.Lock()
 	now := l.clock.Now()
 	ln.stats.recordExchange(now, x)
 	ln.touchLocked(now)

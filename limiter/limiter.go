@@ -176,6 +176,18 @@ func (l *Limiter) openLane(ctx context.Context, key string, cfg *Config, p Prior
 	}
 }
 
+// lockedLane returns lane key locked if it exists, nil otherwise: for
+// reports about calls (exchanges, first bytes), which never make a lane.
+func (l *Limiter) lockedLane(key string) *lane {
+	v, ok := l.lanes.Load(key)
+	if !ok {
+		return nil
+	}
+	ln := v.(*lane)
+	ln.mu.Lock()
+	return ln
+}
+
 func (l *Limiter) lane(key string, cfg *Config) (*lane, error) {
 	if v, ok := l.lanes.Load(key); ok {
 		return v.(*lane), nil

@@ -36,11 +36,16 @@ type samples map[string][]float64
 
 func (s samples) add(proxy, what string, v float64) { s[proxy+"/"+what] = append(s[proxy+"/"+what], v) }
 
-// load runs the load generator and decodes its JSON line.
-func load(self string, args ...string) (loadResult, error) {
+// loadCommand is the load generator with args.
+func loadCommand(self string, args []string) *exec.Cmd {
 	cmd := exec.Command(self, append([]string{"-role", "load"}, args...)...)
 	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
+	return cmd
+}
+
+// load runs the load generator and decodes its JSON line.
+func load(self string, args ...string) (loadResult, error) {
+	out, err := loadCommand(self, args).Output()
 	if err != nil {
 		return loadResult{}, fmt.Errorf("load %v: %w", args, err)
 	}
@@ -58,8 +63,7 @@ type interactiveLoad struct {
 }
 
 func startLoad(self string, args ...string) (*interactiveLoad, error) {
-	cmd := exec.Command(self, append([]string{"-role", "load"}, args...)...)
-	cmd.Stderr = os.Stderr
+	cmd := loadCommand(self, args)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -74,19 +78,33 @@ func startLoad(self string, args ...string) (*interactiveLoad, error) {
 	return l, nil
 }
 
-// waitQueued waits, 3 minutes at most, until p reports n calls queued.
+// waitQueued waits until p reports n calls queued or more (3 minutes at
+// most).
 func waitQueued(p *proc, n int) error {
-	got := 0
-	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		q, err := p.queued()
-		if err != nil {
+	return poll(p, 3*time.Minute, func(q int) bool { return q >= n }, fmt.Sprintf("%d calls queued", n))
+}
+
+// waitDrained waits until p's queue is empty, between rounds, then lets
+// the calls that held the lane end too.
+func waitDrained(p *proc) error {
+	err := poll(p, time.Minute, func(q int) bool { return q == 0 }, "an empty queue")
+	time.Sleep(200 * time.Millisecond)
+	return err
+}
+
+// poll reads p's queue length until done says so, for d at most.
+func poll(p *proc, d time.Duration, done func(queued int) bool, what string) error {
+	q := 0
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if q, err = p.queued(); err != nil {
 			return err
 		}
-		if got = q; got >= n {
+		if done(q) {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s: %d of %d calls queued after 3 minutes", p.name, got, n)
+	return fmt.Errorf("%s: no %s after %s (%d queued)", p.name, what, d, q)
 }
 
 // bench is one run: the gateway, the settings, and the figures so far.
@@ -259,7 +277,7 @@ func (b *bench) priority() error {
 			return fmt.Errorf("%s: %w", px.name, err)
 		}
 		b.s.add(px.name, "interactive_wait_ms", res.WaitMs)
-		return waitQueued0(px)
+		return waitDrained(px)
 	})
 }
 
@@ -285,30 +303,23 @@ func (b *bench) memory() error {
 	return nil
 }
 
-// waitQueued0 waits for a lane to drain between rounds.
-func waitQueued0(p *proc) error {
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if q, err := p.queued(); err != nil || q == 0 {
-			time.Sleep(200 * time.Millisecond) // the held calls end too
-			return err
-		}
-	}
-	return fmt.Errorf("%s: the queue did not drain", p.name)
-}
-
+// queuedRSS is the growth of a fresh proxy's resident memory with n calls
+// queued, per call, in KiB.
 func (b *bench) queuedRSS(name string, n int, h2 bool) (float64, error) {
-	self := b.self
 	px, err := b.start(name, 1, false)
 	if err != nil {
 		return 0, err
 	}
 	defer px.stop()
-	args := []string{"-mode", "queue", "-url", px.url, "-n", "0"}
-	if h2 {
-		args = append(args, "-h2")
+	queue := func(n int) (*interactiveLoad, error) {
+		args := []string{"-mode", "queue", "-url", px.url, "-n", strconv.Itoa(n)}
+		if h2 {
+			args = append(args, "-h2")
+		}
+		return startLoad(b.self, args...)
 	}
 	// One call first, so that the baseline has served a call already.
-	warm, err := startLoad(self, args...)
+	warm, err := queue(0)
 	if err != nil {
 		return 0, err
 	}
@@ -319,8 +330,7 @@ func (b *bench) queuedRSS(name string, n int, h2 bool) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	args[5] = strconv.Itoa(n)
-	l, err := startLoad(self, args...)
+	l, err := queue(n)
 	if err != nil {
 		return 0, err
 	}

@@ -74,12 +74,16 @@ func spread(v []float64) string {
 	return fmt.Sprintf(f+" ("+f+"–"+f+")", median(v), slices.Min(v), slices.Max(v))
 }
 
-// rows are the figures compared, with their goals: the ratio lanes /
-// HAProxy of the medians at most max (or at least min).
-var rows = []struct {
+// row is a figure compared, with its goal: the ratio lanes / HAProxy of
+// the medians at most max (or at least min); neither for none.
+type row struct {
 	key, label string
 	max, min   float64
-}{
+}
+
+// rows are the figures compared, but for memory, whose rows follow the
+// numbers of calls queued.
+var rows = []row{
 	{"p50_added_us", "added latency p50, µs", 1.5, 0},
 	{"p99_added_us", "added latency p99, µs", 2, 0},
 	{"cpu_us_per_call", "proxy CPU per call, µs", 1.5, 0},
@@ -100,14 +104,7 @@ func newReport(p params, s samples) *report {
 		p.PriorityLimit, p.PriorityMs, p.PriorityBacklog, p.Queued, p.QueueRounds)
 	fmt.Fprintf(&b, "| measure | lanes-exporter | HAProxy | ratio | goal |\n| --- | ---: | ---: | ---: | --- |\n")
 	fmt.Fprintf(&b, "| gateway direct: latency p50 / p99, µs | %s / %s | | | |\n", spread(s["direct/p50_us"]), spread(s["direct/p99_us"]))
-	type row struct {
-		key, label string
-		max, min   float64
-	}
-	all := []row{}
-	for _, x := range rows {
-		all = append(all, row(x))
-	}
+	all := slices.Clone(rows)
 	for _, n := range p.Queued {
 		all = append(all,
 			row{fmt.Sprintf("rss_kib_per_queued_http1_%d", n), fmt.Sprintf("RSS per queued call, HTTP/1.1, %d queued, KiB", n), 1.5, 0},

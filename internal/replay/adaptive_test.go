@@ -6,23 +6,18 @@ import (
 	"testing"
 )
 
-// adaptiveRun is one run of RunAdaptive, shared by the tests (each takes
-// seconds under the race detector).
-var adaptiveRun = func() func(*testing.T) AdaptiveBundle {
-	var (
-		once sync.Once
-		b    AdaptiveBundle
-		err  error
-	)
-	return func(t *testing.T) AdaptiveBundle {
-		t.Helper()
-		once.Do(func() { b, err = RunAdaptive() })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+// runAdaptiveOnce is one run of RunAdaptive, shared by the tests (each
+// takes seconds under the race detector).
+var runAdaptiveOnce = sync.OnceValues(RunAdaptive)
+
+func adaptiveRun(t *testing.T) AdaptiveBundle {
+	t.Helper()
+	b, err := runAdaptiveOnce()
+	if err != nil {
+		t.Fatal(err)
 	}
-}()
+	return b
+}
 
 // The adaptive limit against the gateway simulator, in the replay's
 // deterministic time (issue: adaptive lane limits, "what must be
