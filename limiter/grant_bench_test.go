@@ -27,7 +27,7 @@ func BenchmarkGrant(b *testing.B) {
 				if rng.IntN(10) == 0 {
 					arrival = now.Add(-time.Duration(rng.IntN(300)) * time.Second)
 				}
-				w := &waiter{prio: Priority(rng.IntN(3) - 1), arrival: arrival, at: int64(arrival.Sub(start)), enqueued: now, seq: l.seq, ready: make(chan struct{})}
+				w := &waiter{prio: Priority(rng.IntN(3) - 1), arrival: arrival, at: int64(arrival.Sub(start)), enqueued: now, seq: l.seq, ready: make(chan struct{}, 1)}
 				l.seq++
 				return w
 			}

@@ -95,8 +95,8 @@ func (l *lane) refuseAllLocked(now time.Time) {
 	for l.q.n > 0 {
 		w := l.q.oldest
 		l.dequeueLocked(w, now)
-		w.state, w.waited, w.err = refused, now.Sub(w.enqueued), ErrShuttingDown
-		close(w.ready)
+		w.waited, w.err = now.Sub(w.enqueued), ErrShuttingDown
+		w.end(refused)
 	}
 }
 
@@ -164,11 +164,10 @@ func (l *lane) dispatchLocked(now time.Time) {
 		l.dequeueLocked(w, now)
 		w.hold = l.takeLocked(w.prio)
 		w.gen = w.hold.gen
-		w.state = granted
 		w.waited = now.Sub(w.enqueued)
 		l.stats.recordWait(now, w.waited)
 		l.stats.recordQueuedGrant()
-		close(w.ready)
+		w.end(granted)
 	}
 }
 
@@ -312,7 +311,9 @@ func (l *lane) stepEnded() {
 func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, error) {
 	lim := l.lim
 	now := lim.clock.Now()
-	w := &waiter{prio: p, arrival: now, enqueued: now, seq: l.seq, ready: make(chan struct{})}
+	w := lim.waiters.Get().(*waiter)
+	defer lim.putWaiter(w)
+	w.prio, w.arrival, w.enqueued, w.seq = p, now, now, l.seq
 	l.seq++
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
 		w.arrival = a
@@ -326,6 +327,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 	// carries an early arrival may rank first.
 	l.dispatchLocked(now)
 	if w.state == granted {
+		<-w.ready
 		l.mu.Unlock()
 		lim.emit(ctx, Event{Kind: Acquired, Lane: l.key, Priority: p})
 		return Slot{h: w.hold, gen: w.gen}, nil
@@ -345,6 +347,8 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 			l.dequeueLocked(w, now)
 			w.state = canceled
 			w.waited = now.Sub(w.enqueued)
+		} else {
+			<-w.ready // it ended meanwhile: take the value it was sent
 		}
 		l.mu.Unlock()
 	}
@@ -395,8 +399,8 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	l.dequeueLocked(w, now)
 	l.stats.recordTimeout(now, e.Waited)
 	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now)
-	w.state, w.waited, w.err = timedOut, e.Waited, e
-	close(w.ready)
+	w.waited, w.err = e.Waited, e
+	w.end(timedOut)
 	// Removing a waiter frees no slot, so no one else can be granted now.
 }
 
@@ -408,6 +412,18 @@ func (l *lane) release(h *hold, gen uint64) {
 		l.mu.Unlock()
 		return // a second release through a copy of the Slot
 	}
+	p, lease := l.releaseLocked(h)
+	l.mu.Unlock()
+	if lease != nil {
+		lease.Release()
+	}
+	l.lim.emit(context.Background(), Event{Kind: Released, Lane: l.key, Priority: p})
+}
+
+// releaseLocked gives back the slot of h, grants it on, and returns the
+// holder's class and the Backend's lease, which the caller releases after
+// unlocking.
+func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	h.gen++
 	p, lease := h.prio, h.lease
 	h.lease = nil
@@ -425,11 +441,7 @@ func (l *lane) release(h *hold, gen uint64) {
 		l.freshenLocked()
 		l.touched = l.stats.cur
 	}
-	l.mu.Unlock()
-	if lease != nil {
-		lease.Release()
-	}
-	l.lim.emit(context.Background(), Event{Kind: Released, Lane: l.key, Priority: p})
+	return p, lease
 }
 
 // snapshotLocked reports the lane at now.

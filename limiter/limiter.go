@@ -23,6 +23,7 @@ type Limiter struct {
 	backend   Backend         // where the slots and queues are, if not here
 	down      context.Context // done once Shutdown has begun
 	shutdown  context.CancelFunc
+	waiters   sync.Pool // of *waiter: see waiter
 
 	// mu guards the lanes' membership: creating and evicting a lane, and
 	// the count that Config.MaxLanes bounds. Lookups of existing lanes
@@ -54,7 +55,7 @@ func New(cfg Config, opts ...Option) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{clock: systemClock{}}
+	l := &Limiter{clock: systemClock{}, waiters: sync.Pool{New: newWaiter}}
 	for _, o := range opts {
 		o(l)
 	}
@@ -269,6 +270,12 @@ func (l *Limiter) Shutdown() {
 	})
 }
 
+// emit tells every observer of e. It is kept out of line: inlined at each
+// of its call sites, its copies of the Event made the frames of Acquire and
+// waitLocked big enough that a waiting goroutine's stack had to grow, a
+// copy of the stack each time, on every contended hand-over.
+//
+//go:noinline
 func (l *Limiter) emit(ctx context.Context, e Event) {
 	for _, o := range l.observers {
 		l.call(o, ctx, e)

@@ -1,9 +1,6 @@
 package limiter
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 type waiterState uint8
 
@@ -16,8 +13,10 @@ const (
 )
 
 // waiter is one call waiting in a lane. Its fields other than ready are
-// guarded by the lane's lock until ready is closed; after that the waiting
-// goroutine owns them.
+// guarded by the lane's lock until its wait ends (end); after that the
+// waiting goroutine owns them. Waiters are reused (Limiter.waiters): a
+// contended hand-over then allocates nothing, which is most of what it
+// costs beside the scheduler.
 type waiter struct {
 	prio     Priority  // own class
 	arrival  time.Time // logical arrival: drives aging
@@ -29,12 +28,35 @@ type waiter struct {
 	state    waiterState
 	waited   time.Duration
 	err      error
-	hold     *hold         // the slot, once granted
-	gen      uint64        // hold's generation at the grant
-	ready    chan struct{} // closed when state leaves waiting
+	hold     *hold  // the slot, once granted
+	gen      uint64 // hold's generation at the grant
+	// ready receives one value when state leaves waiting. It is buffered
+	// rather than closed so that the waiter can be used again.
+	ready chan struct{}
 
 	index      int     // in its class heap
 	prev, next *waiter // in the lane's enqueue-order list
+}
+
+func newWaiter() any { return &waiter{ready: make(chan struct{}, 1)} }
+
+// putWaiter returns w, whose wait has ended and whose value has been taken
+// from ready, for reuse.
+func (l *Limiter) putWaiter(w *waiter) {
+	if len(w.ready) != 0 {
+		// A value left behind would wake the next call to wait on w at
+		// once, without a slot.
+		panic("limiter: a waiter reused with its wake-up not taken")
+	}
+	*w = waiter{ready: w.ready}
+	l.waiters.Put(w)
+}
+
+// end marks the end of w's wait, in state s, and wakes its goroutine. The
+// lane's lock is held.
+func (w *waiter) end(s waiterState) {
+	w.state = s
+	w.ready <- struct{}{} // never blocks: one value per wait, buffer of one
 }
 
 // rank returns the waiter's effective class at now: its own class raised one
@@ -73,28 +95,67 @@ type qentry struct {
 	w   *waiter
 }
 
-func (q classQueue) Len() int { return len(q) }
-func (q classQueue) Less(i, j int) bool {
+// The heap is written out here rather than used through container/heap,
+// whose calls through an interface for every comparison and swap were a
+// tenth of a contended hand-over.
+
+func (q classQueue) less(i, j int) bool {
 	return q[i].at < q[j].at || (q[i].at == q[j].at && q[i].seq < q[j].seq)
 }
-func (q classQueue) Swap(i, j int) {
+
+func (q classQueue) swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].w.index, q[j].w.index = i, j
 }
 
-// Push and Pop take and return *waiter, not qentry, so that container/heap
-// boxes a pointer and allocates nothing.
-func (q *classQueue) Push(x any) {
-	w := x.(*waiter)
+func (q *classQueue) push(w *waiter) {
 	w.index = len(*q)
 	*q = append(*q, qentry{at: w.at, seq: w.seq, w: w})
+	q.up(w.index)
 }
-func (q *classQueue) Pop() any {
-	old := *q
-	w := old[len(old)-1].w
-	old[len(old)-1] = qentry{}
-	*q = old[:len(old)-1]
-	return w
+
+// remove takes out the entry at i.
+func (q *classQueue) remove(i int) {
+	last := len(*q) - 1
+	if i != last {
+		q.swap(i, last)
+	}
+	(*q)[last] = qentry{}
+	*q = (*q)[:last]
+	if i != last && !q.down(i) {
+		q.up(i)
+	}
+}
+
+func (q classQueue) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2 // parent
+		if !q.less(j, i) {
+			return
+		}
+		q.swap(i, j)
+		j = i
+	}
+}
+
+// down moves the entry at i0 down to its place and reports whether it moved.
+func (q classQueue) down(i0 int) bool {
+	i, n := i0, len(q)
+	for {
+		j := 2*i + 1 // left child
+		if j >= n {
+			break
+		}
+		if r := j + 1; r < n && q.less(r, j) {
+			j = r
+		}
+		if !q.less(j, i) {
+			break
+		}
+		q.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
 
 func (q classQueue) head() *waiter {
@@ -113,7 +174,7 @@ type queue struct {
 }
 
 func (q *queue) push(w *waiter) {
-	heap.Push(&q.classes[w.prio.Index()], w)
+	q.classes[w.prio.Index()].push(w)
 	w.prev = q.new
 	if q.new != nil {
 		q.new.next = w
@@ -125,7 +186,7 @@ func (q *queue) push(w *waiter) {
 }
 
 func (q *queue) remove(w *waiter) {
-	heap.Remove(&q.classes[w.prio.Index()], w.index)
+	q.classes[w.prio.Index()].remove(w.index)
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {

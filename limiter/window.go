@@ -135,11 +135,21 @@ func (w *window) stepOf(now time.Time) int64 { return int64(now.Sub(w.origin) / 
 
 // advance moves the window to now, dropping the steps that fall out of it.
 // A reading older than the newest step counts as the newest step.
+//
+// It is called on every queued grant, by whichever goroutine releases a
+// slot, so its common case (still in the current step) is kept small
+// enough to inline and the rest is a function of its own.
 func (w *window) advance(now time.Time) {
-	k := w.stepOf(now)
-	if k <= w.cur {
-		return
+	if k := w.stepOf(now); k > w.cur {
+		w.moveTo(k)
 	}
+}
+
+// moveTo makes step k the current one. The histograms are walked through
+// pointers, never copied: a copy of one on the stack made every goroutine
+// that released a slot grow its stack to 8 KiB, again after each
+// collection shrank it.
+func (w *window) moveTo(k int64) {
 	for s := max(w.cur+1, k-windowSteps+1); s <= k; s++ {
 		sl := &w.slots[s%windowSteps]
 		w.zeros -= uint64(sl.zeros)
@@ -149,15 +159,15 @@ func (w *window) advance(now time.Time) {
 		w.upstream.sub(&sl.upstream)
 		sl.upstream = upstreamCounts{}
 		if h := sl.waits; h != nil {
-			for i, n := range h.n {
-				if n != 0 {
+			for i := range h.n {
+				if n := h.n[i]; n != 0 {
 					w.waits.n[i] -= n
 					w.nwaits -= uint64(n)
 					h.n[i] = 0
 				}
 			}
-			for i, o := range h.off {
-				if o != 0 {
+			for i := range h.off {
+				if o := h.off[i]; o != 0 {
 					w.waits.off[i] -= uint64(o)
 					h.off[i] = 0
 				}

@@ -15,12 +15,13 @@ const intro = `## What is measured
   which has classes, aging, reserve, queue timeouts or statistics. With waiters the
   figure is mostly the Go scheduler handing one slot between goroutines (and, at 100,000,
   the garbage collector scanning their stacks), so it moves by tens of percent between
-  runs for every implementation (three runs of the same code on this VM gave 1.7x to 2.1x
-  x/sync/semaphore at 1,000 waiters, 1.2x to 2.4x at 100,000); llmlanes pays on top for its
-  grant decision (classes, aging, the wait statistics: the Grant rows, 200 to 550 ns) and
-  one allocation per queued call (the lane keeps one queue-timeout timer, not one per
-  waiter): a few hundred nanoseconds per queued call, which is nothing beside a model
-  call.
+  runs for every implementation. On top of that llmlanes makes its grant decision
+  (classes, aging, the wait statistics: the Grant rows) and reads the clock twice; it
+  allocates nothing per queued call (waiters are reused, and the lane keeps one
+  queue-timeout timer, not one per waiter), its class heaps are written out rather than
+  called through ` + "`container/heap`" + `'s interface, and no function on the hand-over's path has
+  a stack frame big enough to make a waiting goroutine's stack grow (one that had, a
+  histogram copied by value, cost more than the grant decision).
 - **limiter, Grant**: the data-structure cost of one grant decision (pick the next waiter
   among the class heaps, dequeue, grant, record the wait) with N calls queued, goroutine
   scheduling left out. The algorithm is O(log n); above a few thousand waiters the heap
