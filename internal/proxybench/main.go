@@ -6,8 +6,10 @@
 //
 //	go run ./internal/proxybench -lanes path/to/lanes-exporter
 //
-// It plays every part itself: -role upstream is the gateway, -role load the
-// load generator; without -role it starts them, the proxies, and measures.
+// It plays every part itself: -role upstream is the gateway, -role floor
+// the least a Go proxy on net/http does for the same lane (serveFloor),
+// -role load the load generator; without -role it starts them, the
+// proxies, and measures.
 package main
 
 import (
@@ -20,16 +22,16 @@ import (
 )
 
 func main() {
-	role := flag.String("role", "", "upstream | load (internal: the parts it starts)")
+	role := flag.String("role", "", "upstream | floor | load (internal: the parts it starts)")
 	// The load generator's flags.
 	mode := flag.String("mode", "latency", "load: latency | throughput | queue | priority")
-	url := flag.String("url", "", "load: where calls go")
+	url := flag.String("url", "", "load: where calls go; floor: the gateway")
 	n := flag.Int("n", 1000, "load: calls (latency, queue) or the backlog (priority)")
-	conc := flag.Int("c", 64, "load: concurrent callers (throughput) or the lane's limit (priority)")
+	conc := flag.Int("c", 64, "load: concurrent callers (throughput) or the lane's limit (priority); floor: the lane's limit")
 	dur := flag.Duration("d", 3*time.Second, "load: how long (throughput)")
 	ms := flag.Int("ms", 1000, "load: how long each bulk call holds its slot (priority)")
 	h2 := flag.Bool("h2", false, "load: HTTP/2 cleartext (prior knowledge) instead of HTTP/1.1")
-	listen := flag.String("listen", "", "upstream: listen here (by hand, to profile a proxy) instead of on the listener handed over")
+	listen := flag.String("listen", "", "upstream, floor: listen here (by hand, to profile a proxy) instead of on the listener handed over")
 	// The orchestrator's.
 	var o options
 	flag.StringVar(&o.lanes, "lanes", "", "the lanes-exporter binary (required)")
@@ -43,8 +45,7 @@ func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("proxybench: ")
 
-	switch *role {
-	case "upstream":
+	listener := func() net.Listener {
 		var ln net.Listener
 		var err error
 		if *listen != "" {
@@ -55,7 +56,13 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		log.Fatal(serveUpstream(ln))
+		return ln
+	}
+	switch *role {
+	case "upstream":
+		log.Fatal(serveUpstream(listener()))
+	case "floor":
+		log.Fatal(serveFloor(listener(), *url, *conc))
 	case "load":
 		var r loadResult
 		var err error

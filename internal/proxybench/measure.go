@@ -117,11 +117,19 @@ type bench struct {
 	s    samples
 }
 
+// proxies are the two compared; the priority measurement has only them.
 var proxies = []string{"lanes", "haproxy"}
 
-// variant is lanes-exporter with the -variant environment, measured for
-// latency and CPU beside the others.
-const variant = "lanes-variant"
+// The others: lanes-exporter with the -variant environment, measured for
+// latency and CPU beside them; the Go floor (serveFloor), measured for
+// everything but priority, which it does not have.
+const (
+	variant = "lanes-variant"
+	floor   = "floor"
+)
+
+// withFloor are the proxies and the Go floor.
+var withFloor = []string{"lanes", floor, "haproxy"}
 
 // start starts a proxy with a lane of limit. lanes-exporter keeps its
 // default interactive reserve (1) in the priority measurement, where it is
@@ -137,6 +145,8 @@ func (b *bench) start(name string, limit int, reserve bool) (*proc, error) {
 			p.name = variant
 		}
 		return p, err
+	case floor:
+		return startFloor(b.self, b.up.url, limit)
 	}
 	return startHAProxy(b.dir, b.up.url, limit)
 }
@@ -203,9 +213,9 @@ func (b *bench) latency() error {
 	p, up := b.p, b.up
 	log.Printf("latency: %d rounds of %d sequential calls", p.Rounds, p.Calls)
 	direct := make([]loadResult, p.Rounds)
-	names := proxies
+	names := withFloor
 	if b.o.variant != "" {
-		names = []string{"lanes", variant, "haproxy"}
+		names = []string{"lanes", variant, floor, "haproxy"}
 	}
 	return b.each(names, p.LatencyLimit, false, func(r int, px *proc) error {
 		var err error
@@ -239,7 +249,7 @@ func (b *bench) latency() error {
 func (b *bench) throughput() error {
 	p := b.p
 	log.Printf("throughput: %d callers, a lane of %d, calls of %d ms", p.ThroughputCallers, p.ThroughputLimit, p.ThroughputMs)
-	return b.each(proxies, p.ThroughputLimit, false, func(r int, px *proc) error {
+	return b.each(withFloor, p.ThroughputLimit, false, func(r int, px *proc) error {
 		res, err := load(b.self, "-mode", "throughput", "-url", fmt.Sprintf("%s?ms=%d", px.url, p.ThroughputMs),
 			"-c", strconv.Itoa(p.ThroughputCallers), "-d", fmt.Sprint(time.Duration(p.ThroughputSeconds)*time.Second))
 		if err != nil {
@@ -289,8 +299,8 @@ func (b *bench) memory() error {
 			proto := map[bool]string{false: "http1", true: "h2c"}[h2]
 			log.Printf("memory: %d calls queued over %s, %d rounds", n, proto, b.p.QueueRounds)
 			for r := range b.p.QueueRounds {
-				for i := range proxies {
-					name := proxies[(r+i)%len(proxies)]
+				for i := range withFloor {
+					name := withFloor[(r+i)%len(withFloor)]
 					kib, err := b.queuedRSS(name, n, h2)
 					if err != nil {
 						return err

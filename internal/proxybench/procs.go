@@ -19,7 +19,7 @@ import (
 
 // proc is a process under measurement.
 type proc struct {
-	name   string // lanes, haproxy or direct
+	name   string // lanes, lanes-variant, floor, haproxy or direct
 	url    string // where calls go (…/chat/completions)
 	cmd    *exec.Cmd
 	queued func() (int, error)
@@ -91,6 +91,39 @@ func waitListening(addr string, p *proc) error {
 
 // startUpstream runs the gateway in its own process (this program again).
 func startUpstream(self string) (*proc, error) {
+	p, err := startSelf(self, "direct", "-role", "upstream")
+	if p != nil {
+		p.url += "/v1/chat/completions"
+	}
+	return p, err
+}
+
+// startFloor runs the Go floor (serveFloor) with a lane of limit in its
+// own process.
+func startFloor(self, upstream string, limit int) (*proc, error) {
+	p, err := startSelf(self, "floor", "-role", "floor", "-url", upstream, "-c", strconv.Itoa(limit))
+	if err != nil {
+		return nil, err
+	}
+	base := p.url
+	p.url += "/v1/chat/completions"
+	p.queued = func() (int, error) {
+		res, err := http.Get(base + "/queued")
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		var n int
+		_, err = fmt.Fscan(res.Body, &n)
+		return n, err
+	}
+	return p, nil
+}
+
+// startSelf runs this program with args, listening on a loopback port it
+// is handed (file descriptor 3), so that it takes calls at once; the
+// proc's url is http://that-address.
+func startSelf(self, name string, args ...string) (*proc, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -98,13 +131,13 @@ func startUpstream(self string) (*proc, error) {
 	f, _ := ln.(*net.TCPListener).File()
 	ln.Close()
 	defer f.Close()
-	cmd := exec.Command(self, "-role", "upstream")
+	cmd := exec.Command(self, args...)
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return &proc{name: "direct", url: "http://" + ln.Addr().String() + "/v1/chat/completions", cmd: cmd}, nil
+	return &proc{name: name, url: "http://" + ln.Addr().String(), cmd: cmd}, nil
 }
 
 // startLanes runs lanes-exporter with one upstream and a lane of limit,

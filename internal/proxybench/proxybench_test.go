@@ -12,8 +12,8 @@ import (
 
 // A short run against the real parts (lanes-exporter and Debian's
 // haproxy, as make tools installs it): every figure is there for both
-// proxies, both hold the lane's limit, both serve the interactive call
-// first, and the goals are checked. The figures themselves are make
+// proxies and the Go floor, all three hold the lane's limit, both proxies
+// serve the interactive call first, and the goals are checked. The figures themselves are make
 // bench's: here the machine is busy with other tests.
 func TestQuickRun(t *testing.T) {
 	if _, err := exec.LookPath("haproxy"); err != nil {
@@ -45,7 +45,7 @@ func TestQuickRun(t *testing.T) {
 		return v[0]
 	}
 	one("direct/p50_us")
-	for _, px := range []string{"lanes", "haproxy", variant} {
+	for _, px := range []string{"lanes", "haproxy", variant, floor} {
 		if cpu := one(px + "/cpu_us_per_call"); cpu <= 0 {
 			t.Errorf("%s: CPU per call %v", px, cpu)
 		}
@@ -55,7 +55,7 @@ func TestQuickRun(t *testing.T) {
 	// Unbounded, the callers would make twice the calls: a rate within the
 	// lane's bound says the proxy held it.
 	bound := float64(p.ThroughputLimit) * 1000 / float64(p.ThroughputMs)
-	for _, px := range proxies {
+	for _, px := range withFloor {
 		if v := one(px + "/calls_per_s"); v <= 0 || v > 1.05*bound {
 			t.Errorf("%s: %.0f calls/s with a lane of %d and calls of %d ms (bound %.0f)", px, v, p.ThroughputLimit, p.ThroughputMs, bound)
 		}
@@ -79,7 +79,7 @@ func TestQuickRun(t *testing.T) {
 	if len(r.Goals) != 4+2*len(p.Queued) {
 		t.Errorf("%d goals checked", len(r.Goals))
 	}
-	for _, want := range []string{"| added latency p50, µs |", "| RSS per queued call, HTTP/2, " + strconv.Itoa(p.Queued[0]) + " queued, KiB |", "`GOMAXPROCS=1`"} {
+	for _, want := range []string{"| added latency p50, µs |", "| RSS per queued call, HTTP/2, " + strconv.Itoa(p.Queued[0]) + " queued, KiB |", "`GOMAXPROCS=1`", "| Go floor / HAProxy |"} {
 		if !strings.Contains(r.Markdown, want) {
 			t.Errorf("the section lacks %q", want)
 		}

@@ -99,11 +99,17 @@ func newReport(p params, s samples) *report {
 		"calls of %d ms, %d s; priority: a lane of %d full of bulk calls of %d ms and %d more queued, then one interactive call "+
 		"(lanes-exporter keeps its default interactive reserve of 1 here, which HAProxy has no equivalent for, and none elsewhere); "+
 		"memory: %v calls queued behind the one call holding a lane of 1, a fresh proxy each time, %d rounds. "+
-		"Each figure: the median of the rounds (lowest–highest).\n\n",
+		"Each figure: the median of the rounds (lowest–highest). "+
+		"*Go floor*: the least a Go proxy on net/http does for the same lane, measured in the same rounds: a bare "+
+		"`httputil.ReverseProxy` (its Transport set as lanes-exporter's) behind a channel semaphore, first come first served, "+
+		"HTTP/1.1 and HTTP/2 cleartext, no priorities (so no priority figure), no body checks, statistics or telemetry "+
+		"(`internal/proxybench/floor.go`). What it costs beside HAProxy is net/http's; what lanes-exporter costs beside it "+
+		"is llmlanes'.\n\n",
 		p.Rounds, p.Calls, p.Warm, p.LatencyLimit, p.ThroughputCallers, p.ThroughputLimit, p.ThroughputMs, p.ThroughputSeconds,
 		p.PriorityLimit, p.PriorityMs, p.PriorityBacklog, p.Queued, p.QueueRounds)
-	fmt.Fprintf(&b, "| measure | lanes-exporter | HAProxy | ratio | goal |\n| --- | ---: | ---: | ---: | --- |\n")
-	fmt.Fprintf(&b, "| gateway direct: latency p50 / p99, µs | %s / %s | | | |\n", spread(s["direct/p50_us"]), spread(s["direct/p99_us"]))
+	fmt.Fprintf(&b, "| measure | lanes-exporter | Go floor | HAProxy | lanes-exporter / HAProxy | Go floor / HAProxy | goal |\n"+
+		"| --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	fmt.Fprintf(&b, "| gateway direct: latency p50 / p99, µs | %s / %s | | | | | |\n", spread(s["direct/p50_us"]), spread(s["direct/p99_us"]))
 	all := slices.Clone(rows)
 	for _, n := range p.Queued {
 		all = append(all,
@@ -130,9 +136,13 @@ func newReport(p params, s samples) *report {
 			r.Goals = append(r.Goals, goal{fmt.Sprintf("beside HAProxy, %s: at least %gx HAProxy's", x.label, x.min),
 				measured, median(h) > 0 && ratio >= x.min})
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", x.label, spread(l), spread(h), times(ratio), g)
+		fl, flRatio := "", ""
+		if f := s[floor+"/"+x.key]; len(f) > 0 {
+			fl, flRatio = spread(f), times(median(f)/median(h))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", x.label, spread(l), fl, spread(h), times(ratio), flRatio, g)
 		if v := s[variant+"/"+x.key]; len(v) > 0 {
-			fmt.Fprintf(&b, "| %s, lanes-exporter with `%s` | %s | %s | %s | |\n", x.label, p.Variant, spread(v), spread(h), times(median(v)/median(h)))
+			fmt.Fprintf(&b, "| %s, lanes-exporter with `%s` | %s | | %s | %s | | |\n", x.label, p.Variant, spread(v), spread(h), times(median(v)/median(h)))
 		}
 	}
 	r.Markdown = b.String()
