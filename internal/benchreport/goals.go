@@ -19,9 +19,10 @@ const intro = `## What is measured
   (classes, aging, the wait statistics: the Grant rows) and reads the clock twice; it
   allocates nothing per queued call (waiters are reused, and the lane keeps one
   queue-timeout timer, not one per waiter), its class heaps are written out rather than
-  called through ` + "`container/heap`" + `'s interface, and no function on the hand-over's path has
-  a stack frame big enough to make a waiting goroutine's stack grow (one that had, a
-  histogram copied by value, cost more than the grant decision).
+  called through ` + "`container/heap`" + `'s interface, and the release path no longer copies a 5 KiB
+  histogram onto the stack (it did, and every goroutine that released a slot had to grow
+  its stack to 8 KiB, again after each collection shrank it: that cost more than the
+  grant decision).
 - **limiter, Grant**: the data-structure cost of one grant decision (pick the next waiter
   among the class heaps, dequeue, grant, record the wait) with N calls queued, goroutine
   scheduling left out. The algorithm is O(log n); above a few thousand waiters the heap

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -33,6 +34,12 @@ func serveFloor(ln net.Listener, upstream string, limit int) error {
 		Transport:     &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true},
 		FlushInterval: -1,
 		BufferPool:    pool{&bufs},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil { // not a caller that went away, as queued calls do when a measurement ends
+				log.Printf("floor: %v", err)
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	slots := make(chan struct{}, limit)
 	var waiting atomic.Int64
