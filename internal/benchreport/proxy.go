@@ -126,7 +126,7 @@ for the reason given below.
   default GOMAXPROCS; with GOMAXPROCS=1 as well, +142 µs at p50 (1.8x HAProxy's) and
   203 µs of CPU per call (2.0x). Shipping it means owning what net/http's Transport
   does for every call; it is left as a decision, not done in passing.
-- **GOMAXPROCS=1** removes most of the scheduler's cross-thread wake-ups: a third less
+- **GOMAXPROCS=1** removes most of the scheduler's cross-thread wake-ups: about 30 % less
   CPU per call and a lower p50 on this 2-CPU machine, where the load generator and the
   gateway share the CPUs. lanes-exporter keeps Go's default (every CPU the process may
   use, which honours a container's CPU limit), because a busy proxy streams many calls
