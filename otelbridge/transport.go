@@ -129,7 +129,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(res.StatusCode)))
 		}
 	}
-	res.Body = &spanBody{ReadCloser: res.Body, end: func() { span.End(trace.WithTimestamp(t.b.now())) }}
+	sb := &spanBody{ReadCloser: res.Body, end: func() { span.End(trace.WithTimestamp(t.b.now())) }}
+	if rw, ok := res.Body.(io.ReadWriteCloser); ok && res.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection's body is the connection, both ways, and
+		// the caller writes to it (httputil.ReverseProxy insists): keep
+		// the Write.
+		res.Body = &upgradedBody{sb, rw}
+		return res, nil
+	}
+	res.Body = sb
 	return res, nil
 }
 
@@ -176,3 +184,12 @@ func (b *spanBody) Close() error {
 	b.once.Do(b.end)
 	return err
 }
+
+// upgradedBody is a spanBody that can be written too: the body of a 101
+// response.
+type upgradedBody struct {
+	*spanBody
+	w io.Writer
+}
+
+func (b *upgradedBody) Write(p []byte) (int, error) { return b.w.Write(p) }
