@@ -50,6 +50,9 @@ func main() {
 		}
 		raw.Write(b)
 	} else {
+		// The date goes into the saved output too, so that rendering it
+		// again later (-in) dates the figures by when they were measured.
+		fmt.Fprintf(io.MultiWriter(&raw, os.Stderr), "%s%s\n", measuredOn, time.Now().UTC().Format(time.DateOnly))
 		cmd := exec.Command("go", args...)
 		cmd.Stdout = io.MultiWriter(&raw, os.Stderr)
 		cmd.Stderr = os.Stderr
@@ -68,9 +71,9 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	res, cpu := parse(&raw)
+	res, info := parse(&raw)
 	var b bytes.Buffer
-	report(&b, res, cpu, "go "+strings.Join(args, " "), px)
+	report(&b, res, info, "go "+strings.Join(args, " "), px)
 	if err := os.WriteFile(*out, b.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
@@ -85,15 +88,27 @@ type result struct {
 
 var procSuffix = regexp.MustCompile(`-\d+$`)
 
-func parse(r io.Reader) (map[string]*result, string) {
+// measuredOn starts the line of the saved output that dates it.
+const measuredOn = "benchreport: measured on "
+
+// runInfo is what the output says of its run besides the figures.
+type runInfo struct {
+	cpu  string
+	date string // YYYY-MM-DD; "" when the output does not say
+}
+
+func parse(r io.Reader) (map[string]*result, runInfo) {
 	runs := map[string]map[string][]float64{}
 	var order []string
-	cpu := ""
+	var info runInfo
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "cpu: ") {
-			cpu = strings.TrimSpace(strings.TrimPrefix(line, "cpu: "))
+		if v, ok := strings.CutPrefix(line, "cpu: "); ok {
+			info.cpu = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, measuredOn); ok {
+			info.date = strings.TrimSpace(v)
 		}
 		f := strings.Fields(line)
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
@@ -120,7 +135,7 @@ func parse(r io.Reader) (map[string]*result, string) {
 		}
 		res[n] = r
 	}
-	return res, cpu
+	return res, info
 }
 
 func split(name string) (group, impl string) {
@@ -140,10 +155,14 @@ func isAnchor(impl string) bool {
 	return false
 }
 
-func report(w io.Writer, res map[string]*result, cpu, command string, px *proxyReport) {
+func report(w io.Writer, res map[string]*result, info runInfo, command string, px *proxyReport) {
+	date := info.date
+	if date == "" {
+		date = time.Now().UTC().Format(time.DateOnly)
+	}
 	fmt.Fprintf(w, "# Benchmarks\n\n")
 	fmt.Fprintf(w, "Produced by `make bench` (`go run ./internal/benchreport`) on %s, %s, %s/%s, %d CPUs (%s).\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpu)
+		date, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.cpu)
 	fmt.Fprintf(w, "Every figure is the median of the runs of `%s`; ratios compare implementations\n", command)
 	fmt.Fprintf(w, "measured in the same run. Timings on a shared VM vary by 10-20%% between runs: read the ratios.\n\n")
 	fmt.Fprint(w, intro)

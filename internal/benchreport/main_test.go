@@ -17,9 +17,9 @@ BenchmarkProxy/stream/direct-2	 10	 1000 ns/op	 12.5 p50-µs	 64 B/op	 1 allocs/
 `
 
 func TestParseTakesMedianAndStripsProcs(t *testing.T) {
-	res, cpu := parse(strings.NewReader(sample))
-	if cpu != "Test CPU" {
-		t.Fatalf("cpu %q", cpu)
+	res, info := parse(strings.NewReader(sample))
+	if info.cpu != "Test CPU" {
+		t.Fatalf("cpu %q", info.cpu)
 	}
 	r := res["BenchmarkAcquireRelease/uncontended/llmlanes"]
 	if r == nil || r.metrics["ns/op"] != 42 {
@@ -30,10 +30,25 @@ func TestParseTakesMedianAndStripsProcs(t *testing.T) {
 	}
 }
 
-func TestReportRatiosAndGoals(t *testing.T) {
-	res, cpu := parse(strings.NewReader(sample))
+// Output rendered again (-in) is dated by when it was measured, which
+// the saved output says; without that line, by today.
+func TestReportDatedByTheRun(t *testing.T) {
+	res, info := parse(strings.NewReader(measuredOn + "2026-11-30\n" + sample))
 	var b bytes.Buffer
-	report(&b, res, cpu, "go test", nil)
+	report(&b, res, info, "go test", nil)
+	if !strings.Contains(b.String(), "`go run ./internal/benchreport`) on 2026-11-30, ") {
+		t.Errorf("not dated by the run:\n%.300s", b.String())
+	}
+	_, info = parse(strings.NewReader(sample))
+	if info.date != "" {
+		t.Errorf("a date %q from output that has none", info.date)
+	}
+}
+
+func TestReportRatiosAndGoals(t *testing.T) {
+	res, info := parse(strings.NewReader(sample))
+	var b bytes.Buffer
+	report(&b, res, info, "go test", nil)
 	out := b.String()
 	for _, want := range []string{
 		"| uncontended | llmlanes | 42.0 | 0 | 0 |  | 2.10x semaphore |",
@@ -51,11 +66,11 @@ func TestReportRatiosAndGoals(t *testing.T) {
 // The proxy's figures beside HAProxy join the goals and get their section,
 // with the profile that explains the goals they miss.
 func TestReportWithProxy(t *testing.T) {
-	res, cpu := parse(strings.NewReader(sample))
+	res, info := parse(strings.NewReader(sample))
 	px := &proxyReport{Markdown: "| added latency p50, µs | 287 | 73.4 | 3.91x | ≤ 1.5x |\n",
 		Goals: []proxyGoal{{"beside HAProxy, added latency p50, µs: at most 1.5x HAProxy's", "287 vs 73.4 = 3.91x", false}}}
 	var b bytes.Buffer
-	report(&b, res, cpu, "go test", px)
+	report(&b, res, info, "go test", px)
 	out := b.String()
 	for _, want := range []string{
 		"| beside HAProxy, added latency p50, µs: at most 1.5x HAProxy's | 287 vs 73.4 = 3.91x | **no** |",
