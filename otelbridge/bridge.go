@@ -60,6 +60,13 @@ func New(o Options) (*Bridge, error) {
 		untraced: untraced, lanes: map[string]*laneMetrics{}}, nil
 }
 
+// RecordsSpans reports whether the bridge's TracerProvider can record spans
+// (it is not the no-op one). A proxy that takes its calls' slots before the
+// Transport starts their call spans (lanehttp.Transport.Admit) would leave
+// the queue-wait spans without their parent: it admits early only when this
+// is false.
+func (b *Bridge) RecordsSpans() bool { return !b.untraced }
+
 // now reads the watched limiter's clock, so that spans line up with the
 // waits and exchanges it reports.
 func (b *Bridge) now() time.Time {

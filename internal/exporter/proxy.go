@@ -39,6 +39,7 @@ const PriorityHeader = "X-LLM-Priority"
 
 type upstream struct {
 	cfg   Upstream
+	lanes *lanehttp.Transport
 	proxy *httputil.ReverseProxy
 }
 
@@ -52,7 +53,7 @@ func (u *upstream) name(lane string) string {
 func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 	target, _ := url.Parse(u.BaseURL) // checked
 	up := &upstream{cfg: u}
-	lanes := &lanehttp.Transport{
+	up.lanes = &lanehttp.Transport{
 		Limiter:               s.lim,
 		Base:                  s.base,
 		Lane:                  func(_ *http.Request, model string) string { return u.BaseURL + "|" + model },
@@ -71,7 +72,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del(PriorityHeader)
 		},
-		Transport:      s.tel.Bridge().Transport(lanes, s.providerOpt(u)...),
+		Transport:      s.tel.Bridge().Transport(up.lanes, s.providerOpt(u)...),
 		FlushInterval:  -1, // streams pass through chunk by chunk
 		ModifyResponse: checkClientBody,
 		ErrorHandler:   s.proxyError(up),
@@ -138,6 +139,16 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 		lanehttp.SetBody(r, body)
+		if !s.tel.Bridge().RecordsSpans() {
+			// Wait for the slot here, near the top of the goroutine's
+			// stack, rather than deep inside the reverse proxy: a queued
+			// call then holds a 4 KiB stack, not 8 KiB (nor the reverse
+			// proxy's copy of the request). With spans recorded, the call
+			// waits inside the tracing transport, under its call span.
+			r = u.lanes.Admit(r.WithContext(ctx))
+			ctx = r.Context()
+			defer lanehttp.Abandon(r)
+		}
 	} else {
 		// The body streams through as it arrives. Without full duplex, the
 		// HTTP/1 server closes the request body once the response starts

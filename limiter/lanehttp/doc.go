@@ -60,6 +60,16 @@
 // (code "request_too_large", "invalid_json" or "missing_model"), or with a
 // *RequestError when ReturnErrors is set.
 //
+// # Proxies: waiting at the top
+//
+// A proxy built on httputil.ReverseProxy reaches RoundTrip deep in its
+// handler, so a call that queues there parks a goroutine with a grown stack
+// and the reverse proxy's copy of the request. Transport.Admit does the
+// waiting at the top of the handler instead and attaches the outcome to the
+// request; the round trip of that request (or of the reverse proxy's
+// outgoing copy) sends it with its slot, or returns its refusal, as
+// RoundTrip would have. Abandon gives back a slot no round trip took.
+//
 // # Signals
 //
 // Every exchange of a model call ends with limiter.Limiter.RecordExchange:

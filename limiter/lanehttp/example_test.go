@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,40 @@ func ExampleTransport() {
 	// Output:
 	// {"choices":[{"message":{"content":"hello"}}]}
 	// /v1|protolabs/smart inflight 0 ok 1
+}
+
+// A proxy takes each model call's slot at the top of its handler, where a
+// waiting call holds little, and hands the admitted request to its reverse
+// proxy, whose round trip then sends it with that slot.
+func ExampleTransport_Admit() {
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"choices":[]}`)
+	}))
+	defer gateway.Close()
+	target, _ := url.Parse(gateway.URL)
+
+	lim, _ := limiter.New(limiter.Config{MaxInflight: 4})
+	lanes := &lanehttp.Transport{Limiter: lim}
+	proxy := &httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport: lanes,
+	}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = lanes.Admit(r) // waits here for a slot (or is refused)
+		defer lanehttp.Abandon(r)
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	res, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	lane := lim.Snapshot().Lanes[0]
+	fmt.Println(res.StatusCode, string(body), "inflight", lane.Inflight, "ok", lane.Upstream.OK)
+	// Output: 200 {"choices":[]} inflight 0 ok 1
 }
 
 func ExampleQueueTimeoutFrom() {

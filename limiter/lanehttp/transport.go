@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
@@ -91,65 +92,145 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	modelCall := IsModelCall
-	if t.ModelCall != nil {
-		modelCall = t.ModelCall
-	}
-	if !t.Limiter.Enabled() || !modelCall(req) {
+	if !t.Limiter.Enabled() || !t.isModelCall(req) {
 		return base.RoundTrip(req)
 	}
 
+	if a, ok := req.Context().Value(admissionKey{}).(*admission); ok && a.t == t && a.taken.CompareAndSwap(false, true) {
+		if req.Body != nil {
+			req.Body.Close() // a RoundTripper closes the request body; Admit has its bytes
+		}
+		if a.res != nil || a.err != nil {
+			return a.res, a.err
+		}
+		return t.send(base, req, a.body, a.lane, a.slot, a.at)
+	}
+	a := t.admit(req)
+	if a.res != nil || a.err != nil {
+		return a.res, a.err
+	}
+	return t.send(base, req, a.body, a.lane, a.slot, a.at)
+}
+
+// admission is what a model call's round trip does before it sends: the
+// body read and checked, the lane found, the slot taken; or the answer or
+// error of a call refused on the way (res or err set, no slot).
+type admission struct {
+	t    *Transport
+	body []byte
+	lane string
+	slot limiter.Slot
+	at   attempt
+	res  *http.Response
+	err  error
+	// taken is set by the round trip that uses the admission, or by
+	// Abandon: whichever comes first owns the slot.
+	taken atomic.Bool
+}
+
+type admissionKey struct{}
+
+// Admit does for model call req what RoundTrip does before it sends: reads
+// and checks the body, finds the lane, and waits for a slot (or is refused).
+// It returns req with the outcome attached and the body in memory (SetBody);
+// RoundTrip of that request, or of a request made from it (WithContext,
+// Clone, a reverse proxy's outgoing request), then sends the call at once
+// with that slot, or returns the refusal RoundTrip would have returned.
+// Any other request is returned as it is.
+//
+// It is for a proxy: waiting here, at the top of its handler, a queued call
+// holds a goroutine stack of 4 KiB where waiting in RoundTrip, deep inside
+// httputil.ReverseProxy and the transports around this one, holds 8 KiB.
+// Events (and so the OpenTelemetry bridge's queue-wait span) see the
+// request's context as it is here, not as a tracing transport later in the
+// chain makes it.
+//
+// The caller must call Abandon on the returned request when done with it:
+// it gives the slot back if no round trip took it.
+func (t *Transport) Admit(req *http.Request) *http.Request {
+	if !t.Limiter.Enabled() || !t.isModelCall(req) {
+		return req
+	}
+	a := t.admit(req)
+	out := req.WithContext(context.WithValue(req.Context(), admissionKey{}, a))
+	if a.body != nil {
+		SetBody(out, a.body)
+	}
+	return out
+}
+
+// Abandon gives back the slot of a request Admit returned, unless a round
+// trip took it; it does nothing for any other request.
+func Abandon(req *http.Request) {
+	a, ok := req.Context().Value(admissionKey{}).(*admission)
+	if !ok || a.res != nil || a.err != nil || !a.taken.CompareAndSwap(false, true) {
+		return // not admitted, refused (no slot), or taken by a round trip
+	}
+	a.at.end(a.t.Limiter.Clock().Now(), false)
+	a.slot.Release()
+}
+
+func (t *Transport) isModelCall(req *http.Request) bool {
+	if t.ModelCall != nil {
+		return t.ModelCall(req)
+	}
+	return IsModelCall(req)
+}
+
+// admit reads and checks a model call's body, finds its lane and waits for
+// its slot.
+func (t *Transport) admit(req *http.Request) *admission {
+	a := &admission{t: t}
 	limit := t.MaxBodyBytes
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
-	var body []byte
 	var model string
 	var err error
 	if b, ok := setBody(req); ok && int64(len(b)) <= limit {
-		body = b
+		a.body = b
 		model, err = ModelOf(b)
 	} else {
-		body, model, err = readModel(req.Body, req.ContentLength, limit)
+		a.body, model, err = readModel(req.Body, req.ContentLength, limit)
 	}
 	if req.Body != nil {
 		req.Body.Close() // a RoundTripper closes the request body, even on error
 	}
 	if err != nil {
 		if !errors.Is(err, ErrBodyTooLarge) && !errors.Is(err, ErrNotJSON) && !errors.Is(err, ErrNoModel) {
-			return nil, err // the caller's body failed to read
+			a.err = err // the caller's body failed to read
+			return a
 		}
 		re := &RequestError{URL: redact(req.URL), Limit: limit, Err: err}
 		if t.ReturnErrors {
-			return nil, re
+			a.err = re
+			return a
 		}
 		status, eb := requestErrorBody(re)
-		return NewErrorResponse(req, status, eb), nil
+		a.res = NewErrorResponse(req, status, eb)
+		return a
 	}
-	lane := DefaultLane(req, model)
+	a.lane = DefaultLane(req, model)
 	if t.Lane != nil {
-		lane = t.Lane(req, model)
+		a.lane = t.Lane(req, model)
 	}
 
 	// A retry queues with its call's first arrival, unless the caller set
 	// the arrival itself.
 	ctx := req.Context()
-	var at attempt
 	if _, set := limiter.ArrivalFrom(ctx); !set {
 		if r := t.recalls(); r != nil {
-			at = r.begin(r.fingerprint(req, lane, body), t.Limiter.Clock().Now())
-			ctx = limiter.WithArrival(ctx, at.arrival)
+			a.at = r.begin(r.fingerprint(req, a.lane, a.body), t.Limiter.Clock().Now())
+			ctx = limiter.WithArrival(ctx, a.at.arrival)
 		}
 	}
-	slot, err := t.Limiter.Acquire(ctx, lane)
-	if err != nil {
-		at.end(t.Limiter.Clock().Now(), false)
-		if res := t.refusal(req, lane, err); res != nil {
-			return res, nil
+	if a.slot, err = t.Limiter.Acquire(ctx, a.lane); err != nil {
+		a.at.end(t.Limiter.Clock().Now(), false)
+		if a.res = t.refusal(req, a.lane, err); a.res == nil {
+			a.err = err
 		}
-		return nil, err
 	}
-	return t.send(base, req, body, lane, slot, at)
+	return a
 }
 
 // refusal returns the synthesized answer to an acquisition that failed with

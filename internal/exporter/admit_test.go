@@ -1,0 +1,129 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// A queued call waits for its slot at the top of its handler, not inside
+// the reverse proxy, so that it holds a small stack and no outgoing copy of
+// the request while it waits; with spans recorded it waits inside the
+// tracing transport instead, under its call span (queue-wait span as a
+// child). Either way the call is served once the slot is free.
+func TestQueuedCallWaitsAtTheTop(t *testing.T) {
+	for _, traced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("traced=%v", traced), func(t *testing.T) {
+			release := make(chan struct{})
+			gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.(http.Flusher).Flush()
+				<-release
+				io.WriteString(w, "data: [DONE]\n\n")
+			}))
+			defer gw.Close()
+			yaml := fmt.Sprintf("limiter: {max_inflight: 1, interactive_reserve: 0}\nupstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1")
+			cfg, err := ParseConfig("lanes.yaml", []byte(yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := &http.Transport{}
+			defer base.CloseIdleConnections()
+			o := Options{Base: base}
+			spans := tracetest.NewSpanRecorder()
+			if traced {
+				o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+			}
+			srv, err := New(cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Shutdown(context.Background())
+			front := httptest.NewServer(srv.Handler())
+			defer front.Close()
+			url := front.URL + "/proxy/gw/chat/completions"
+			done := make(chan string, 2)
+			for range 2 {
+				go func() {
+					res, err := http.Post(url, "application/json", strings.NewReader(`{"model":"m","stream":true}`))
+					if err != nil {
+						done <- err.Error()
+						return
+					}
+					b, _ := io.ReadAll(res.Body)
+					res.Body.Close()
+					done <- fmt.Sprintf("%d %s", res.StatusCode, b)
+				}()
+			}
+			waitFor(t, func() bool { l := srv.Limiter().Snapshot().Lanes; return len(l) == 1 && l[0].Queued == 1 })
+
+			waiting := waitingStack(t)
+			inProxy := strings.Contains(waiting, "httputil.(*ReverseProxy).ServeHTTP")
+			if inProxy != traced {
+				t.Errorf("the queued call waits inside the reverse proxy: %v, want %v\n%s", inProxy, traced, waiting)
+			}
+			close(release)
+			for range 2 {
+				select {
+				case got := <-done:
+					if got != "200 data: [DONE]\n\n" {
+						t.Errorf("a call ended with %q", got)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a call never ended")
+				}
+			}
+			if traced {
+				parents := map[string]bool{}
+				for _, s := range spans.Ended() {
+					parents[s.SpanContext().SpanID().String()] = s.Name() == "chat m"
+				}
+				queued := 0
+				for _, s := range spans.Ended() {
+					if s.Name() == "llm.queue_wait" {
+						queued++
+						if !parents[s.Parent().SpanID().String()] {
+							t.Errorf("a queue-wait span's parent is not its call span")
+						}
+					}
+				}
+				if queued != 2 {
+					t.Errorf("%d queue-wait spans, want 2", queued)
+				}
+			}
+		})
+	}
+}
+
+// waitingStack returns the stack of the goroutine waiting in a lane.
+func waitingStack(t *testing.T) string {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "limiter.(*lane).waitLocked") {
+			return g
+		}
+	}
+	t.Fatal("no goroutine waits in a lane")
+	return ""
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+	}
+}
