@@ -329,13 +329,13 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 	if w.state == granted {
 		<-w.ready
 		l.mu.Unlock()
-		lim.emit(ctx, Event{Kind: Acquired, Lane: l.key, Priority: p})
+		l.emitWait(ctx, Acquired, p, 0, 0)
 		return Slot{h: w.hold, gen: w.gen}, nil
 	}
 	// The lane's timer bounds the wait from the moment w was queued, before
 	// anyone could learn of it (enqueueLocked).
 	l.mu.Unlock()
-	lim.emit(ctx, Event{Kind: Enqueued, Lane: l.key, Priority: p, Position: w.place})
+	l.emitWait(ctx, Enqueued, p, 0, w.place) // w is the lane's until its wait ends
 
 	select {
 	case <-w.ready:
@@ -353,11 +353,9 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		l.mu.Unlock()
 	}
 
-	e := Event{Lane: l.key, Priority: p, Wait: w.waited, Position: w.place}
 	switch w.state {
 	case granted:
-		e.Kind = Acquired
-		lim.emit(ctx, e)
+		l.emitWait(ctx, Acquired, p, w.waited, w.place)
 		s := Slot{h: w.hold, gen: w.gen}
 		if err := ctx.Err(); err != nil {
 			// The grant raced the cancellation: hand the slot on.
@@ -366,17 +364,26 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		}
 		return s, nil
 	case timedOut:
-		e.Kind, e.Position = TimedOut, w.err.(*QueueTimeoutError).Position
-		lim.emit(ctx, e)
+		l.emitWait(ctx, TimedOut, p, w.waited, w.err.(*QueueTimeoutError).Position)
 		return Slot{}, w.err
 	case refused:
-		e.Kind = Refused
-		lim.emit(ctx, e)
+		l.emitWait(ctx, Refused, p, w.waited, w.place)
 		return Slot{}, w.err
 	default:
-		e.Kind = Canceled
-		lim.emit(ctx, e)
+		l.emitWait(ctx, Canceled, p, w.waited, w.place)
 		return Slot{}, ctx.Err()
+	}
+}
+
+// emitWait tells the observers of an event of a wait. It is out of line
+// for the reason emit is: an Event in waitLocked's frame is an Event on the
+// stack of every waiting call.
+//
+//go:noinline
+func (l *lane) emitWait(ctx context.Context, kind EventKind, p Priority, wait time.Duration, position int) {
+	e := Event{Kind: kind, Lane: l.key, Priority: p, Wait: wait, Position: position}
+	for _, o := range l.lim.observers {
+		l.lim.call(o, ctx, &e)
 	}
 }
 

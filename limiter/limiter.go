@@ -278,17 +278,19 @@ func (l *Limiter) Shutdown() {
 //go:noinline
 func (l *Limiter) emit(ctx context.Context, e Event) {
 	for _, o := range l.observers {
-		l.call(o, ctx, e)
+		l.call(o, ctx, &e)
 	}
 }
 
-func (l *Limiter) call(o Observer, ctx context.Context, e Event) {
+// call tells o of e, recovering a panic. It takes e by pointer so that its
+// frame holds no copy of the Event beyond the one o is called with.
+func (l *Limiter) call(o Observer, ctx context.Context, e *Event) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.log.Error("limiter: observer panicked", "event", e.Kind.String(), "lane", e.Lane, "panic", fmt.Sprint(r))
 		}
 	}()
-	o(ctx, e)
+	o(ctx, *e)
 }
 
 // Snapshot reports every lane, sorted by key; with the limiter off it is

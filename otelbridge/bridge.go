@@ -84,10 +84,23 @@ func (b *Bridge) Watch(lim *limiter.Limiter) { b.lim.Store(lim) }
 // Observe is a limiter.Observer: pass it to limiter.New with
 // limiter.WithObserver.
 func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
-	if e.Kind == limiter.Evicted {
+	switch e.Kind {
+	case limiter.Evicted:
 		b.forget(e.Lane)
 		return
+	case limiter.Enqueued, limiter.Released:
+		// Nothing to record. Returning at once, from a small frame,
+		// matters for Enqueued: it is told on the stack of a call about to
+		// wait, whose goroutine keeps the deepest stack it reached (see
+		// lanehttp's Admit).
+		return
 	}
+	b.record(ctx, &e)
+}
+
+// record counts e in its lane's metrics and records its spans.
+func (b *Bridge) record(ctx context.Context, ev *limiter.Event) {
+	e := *ev
 	m := b.metrics(e.Lane)
 	switch e.Kind {
 	case limiter.Acquired, limiter.TimedOut, limiter.Canceled, limiter.Refused:

@@ -179,7 +179,43 @@ func (t *Transport) isModelCall(req *http.Request) bool {
 
 // admit reads and checks a model call's body, finds its lane and waits for
 // its slot.
+//
+// The wait is in a function of its own with a small frame, apart from the
+// body's checks: a call parks its goroutine with this function on the
+// stack, and the lane's observers run above it, and a proxy that admits at
+// the top of its handler keeps the goroutine's stack at 4 KiB only if the
+// frames below the wait stay small.
 func (t *Transport) admit(req *http.Request) *admission {
+	a := t.prepare(req)
+	if a.res == nil && a.err == nil {
+		t.acquire(a, req)
+	}
+	return a
+}
+
+// acquire waits for the slot of a, or records why there is none.
+func (t *Transport) acquire(a *admission, req *http.Request) {
+	ctx := req.Context()
+	if a.at.r != nil { // prepare began an attempt: the arrival is its call's
+		ctx = limiter.WithArrival(ctx, a.at.arrival)
+	}
+	var err error
+	if a.slot, err = t.Limiter.Acquire(ctx, a.lane); err != nil {
+		t.refuse(a, req, err)
+	}
+}
+
+// refuse records the refusal of a's acquisition with err.
+func (t *Transport) refuse(a *admission, req *http.Request, err error) {
+	a.at.end(t.Limiter.Clock().Now(), false)
+	if a.res = t.refusal(req, a.lane, err); a.res == nil {
+		a.err = err
+	}
+}
+
+// prepare reads and checks a model call's body and finds its lane and its
+// arrival (a retry's is its call's first).
+func (t *Transport) prepare(req *http.Request) *admission {
 	a := &admission{t: t}
 	limit := t.MaxBodyBytes
 	if limit <= 0 {
@@ -217,17 +253,9 @@ func (t *Transport) admit(req *http.Request) *admission {
 
 	// A retry queues with its call's first arrival, unless the caller set
 	// the arrival itself.
-	ctx := req.Context()
-	if _, set := limiter.ArrivalFrom(ctx); !set {
+	if _, set := limiter.ArrivalFrom(req.Context()); !set {
 		if r := t.recalls(); r != nil {
 			a.at = r.begin(r.fingerprint(req, a.lane, a.body), t.Limiter.Clock().Now())
-			ctx = limiter.WithArrival(ctx, a.at.arrival)
-		}
-	}
-	if a.slot, err = t.Limiter.Acquire(ctx, a.lane); err != nil {
-		a.at.end(t.Limiter.Clock().Now(), false)
-		if a.res = t.refusal(req, a.lane, err); a.res == nil {
-			a.err = err
 		}
 	}
 	return a
