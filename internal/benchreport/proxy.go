@@ -93,18 +93,18 @@ const proxyProfile = `
 ### Where the proxy's time and memory go (profiled 2026-11-30 and 2026-12-01)
 
 The goals for latency, CPU and memory per queued call are **not met**: lanes-exporter
-spends about 3.7x HAProxy's CPU per call (2.7x with GOMAXPROCS=1) and holds 2.4x (HTTP/2)
-to 3x (HTTP/1.1) its memory per queued call. Throughput at the limit is on par and the
+spends about 3.9x HAProxy's CPU per call (2.7x with GOMAXPROCS=1) and holds 1.6x (HTTP/2)
+to 2.8x (HTTP/1.1) its memory per queued call. Throughput at the limit is on par and the
 interactive call is served at once (the reserve), where HAProxy makes it wait for the
 next free slot. The Go floor in the table says where the gap is: the least a Go proxy
-on net/http does for the same lane costs 3.5x HAProxy's CPU per call and adds 3x its
-latency at p50, within about 5 % (CPU) and 10 % (p50) of lanes-exporter. The latency
-and CPU gap is Go's net/http and scheduler, which every call goes through, not the
-lanes. (An added p99 is the difference of two tails measured minutes apart; HAProxy's is
-within the gateway's own spread from round to round, so its ratio moves a lot between
-runs.) Memory per queued call is the exception: there lanes-exporter holds 7 to 10 KiB
-more than the floor (which itself holds 1.4x (HTTP/2) and 1.7x (HTTP/1.1) HAProxy's),
-for the reason given below.
+on net/http does for the same lane costs 3.6x HAProxy's CPU per call and adds 3.9x its
+latency at p50, within about 6 % (CPU) and 12 % (p50) of lanes-exporter in this run. The
+latency and CPU gap is Go's net/http and scheduler, which every call goes through, not
+the lanes. (An added p99 is the difference of two tails measured minutes apart; HAProxy's
+is within the gateway's own spread from round to round, so its ratio moves a lot between
+runs.) Memory per queued call: over HTTP/2 lanes-exporter holds within 10 % of the floor
+(which itself holds 1.4x HAProxy's); over HTTP/1.1, 8 KiB more than the floor (1.7x
+HAProxy's), for the reasons given below.
 
 - **CPU** (pprof of lanes-exporter under the latency load: 12,000 calls, 3.34 s of CPU):
   system calls 33 %, the Go scheduler looking for and handing over work 26 % (futex
@@ -131,20 +131,23 @@ for the reason given below.
   gateway share the CPUs. lanes-exporter keeps Go's default (every CPU the process may
   use, which honours a container's CPU limit), because a busy proxy streams many calls
   at once; the README's "Performance" section says when to set GOMAXPROCS=1.
-- **Memory per queued call** (5,000 calls queued over HTTP/2 on a lane of 1; the
-  exporter's own go_memstats metrics before and after): goroutine stacks 8.3 KiB per
-  queued call, of the 17 KiB of resident memory. A queued call's handler goroutine is
-  parked 14 frames and about 5 KiB deep (net/http's handler chain, the reverse proxy,
-  the OpenTelemetry and lane transports, the limiter), so its stack has grown to 8 KiB;
-  the floor's handler waits at the top, before its reverse proxy, on a 4 KiB stack (4.8
-  KiB of stacks per queued call, measured the same way). The rest is net/http's response buffer for every HTTP/2 stream (4 KiB), the
-  request, its headers and the reverse proxy's copy of them (about 3 KiB), and the
-  limiter's waiter (0.2 KiB, reused). Over HTTP/1.1 each queued call also holds a
-  connection: net/http's 4 KiB read and 4 KiB write buffers and a background reader
-  goroutine, which no handler can release while it waits; an HTTP/2 client avoids that
-  part. The lever left: take the slot at the top of the handler, before the reverse
-  proxy (the call span would then begin there too): about 3.5 KiB of stack per queued
-  call and the reverse proxy's copy of the request; not done.
+- **Memory per queued call** (the exporter's own go_memstats metrics before and after
+  5,000 calls queued on a lane of 1): lanes-exporter takes a queued call's slot at the
+  top of its handler (` + "`lanehttp.Transport.Admit`" + `), as the floor does, and nothing that
+  runs before the wait, the lane's observers included, goes deep enough to grow the
+  handler's stack past 4 KiB (TestQueuedCallStack keeps it so). Until 2026-12-01 the call
+  waited inside the reverse proxy and the transports, 14 frames and about 5 KiB deep:
+  over HTTP/2 that took the goroutine stacks from 8.3 to 4.1 KiB per queued call and the
+  resident memory from 16.7 to 10.8 KiB (the table), and the reverse proxy no longer holds
+  its copy of the request while the call waits. With spans recorded, the call still
+  waits inside the tracing transport, so that its queue-wait span stays a child of its
+  call span, and keeps an 8 KiB stack. What remains over HTTP/2: net/http's response
+  buffer for every stream (4 KiB), the handler's 4 KiB stack, the request and its headers
+  (about 2 KiB), the limiter's waiter (0.2 KiB, reused). Over HTTP/1.1 each queued call
+  also holds a connection: net/http's 4 KiB read and 4 KiB write buffers, a background
+  reader goroutine, and the connection's goroutine, whose serving frames are deeper, so
+  that its stack still grows to 8 KiB before the call waits (10 KiB of stacks per queued
+  call); no handler can release these while it waits, and an HTTP/2 client avoids them.
 - **The limiter's hand-over** (the AcquireRelease rows above) met its goal on
   2026-12-01, from 2x x/sync/semaphore: a queued call allocated its waiter and channel
   (now reused), the class heaps went through container/heap's interface (now written

@@ -139,8 +139,10 @@ type admissionKey struct{}
 // Any other request is returned as it is.
 //
 // It is for a proxy: waiting here, at the top of its handler, a queued call
-// holds a goroutine stack of 4 KiB where waiting in RoundTrip, deep inside
-// httputil.ReverseProxy and the transports around this one, holds 8 KiB.
+// keeps a smaller goroutine stack than waiting in RoundTrip, deep inside
+// httputil.ReverseProxy and the transports around this one, and no copy of
+// the request made for the round trip (in lanes-exporter, over HTTP/2: a
+// 4 KiB stack rather than 8 KiB, and 11 KiB in all rather than 17).
 // Events (and so the OpenTelemetry bridge's queue-wait span) see the
 // request's context as it is here, not as a tracing transport later in the
 // chain makes it.
