@@ -1,18 +1,13 @@
 package exporter
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // A queued call waits for its slot at the top of its handler, not inside
@@ -24,33 +19,9 @@ func TestQueuedCallWaitsAtTheTop(t *testing.T) {
 	for _, traced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("traced=%v", traced), func(t *testing.T) {
 			release := make(chan struct{})
-			gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.Copy(io.Discard, r.Body)
-				w.Header().Set("Content-Type", "text/event-stream")
-				w.(http.Flusher).Flush()
-				<-release
-				io.WriteString(w, "data: [DONE]\n\n")
-			}))
+			gw := holdingGateway(release)
 			defer gw.Close()
-			yaml := fmt.Sprintf("limiter: {max_inflight: 1, interactive_reserve: 0}\nupstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1")
-			cfg, err := ParseConfig("lanes.yaml", []byte(yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			base := &http.Transport{}
-			defer base.CloseIdleConnections()
-			o := Options{Base: base}
-			spans := tracetest.NewSpanRecorder()
-			if traced {
-				o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-			}
-			srv, err := New(cfg, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown(context.Background())
-			front := httptest.NewServer(srv.Handler())
-			defer front.Close()
+			front, srv, spans := newFront(t, fmt.Sprintf("limiter: {max_inflight: 1, interactive_reserve: 0}\nupstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1"), traced)
 			url := front.URL + "/proxy/gw/chat/completions"
 			done := make(chan string, 2)
 			for range 2 {

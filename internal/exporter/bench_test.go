@@ -111,13 +111,7 @@ func BenchmarkQueuedMemory(b *testing.B) {
 
 func queuedMemory(b *testing.B, queued int, h2c bool) {
 	release := make(chan struct{})
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: [DONE]\n\n")
-	}))
+	gw := holdingGateway(release)
 	defer gw.Close()
 	defer close(release)
 	cfg, _ := ParseConfig("b.yaml", []byte(fmt.Sprintf("limiter: {max_inflight: 1, queue_timeout: 1h}\nupstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1")))

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // A protocol upgrade (101 Switching Protocols, as a WebSocket, e.g. a
@@ -39,24 +36,7 @@ func TestUpgradePassesThrough(t *testing.T) {
 	yaml := fmt.Sprintf("upstreams: [{name: gw, base_url: %q}]\n", gw.URL+"/v1")
 	for _, traced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("traced=%v", traced), func(t *testing.T) {
-			cfg, err := ParseConfig("lanes.yaml", []byte(yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			base := &http.Transport{}
-			defer base.CloseIdleConnections()
-			o := Options{Base: base}
-			spans := tracetest.NewSpanRecorder()
-			if traced {
-				o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-			}
-			srv, err := New(cfg, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown(t.Context())
-			front := httptest.NewServer(srv.Handler())
-			defer front.Close()
+			front, _, spans := newFront(t, yaml, traced)
 
 			c, err := net.Dial("tcp", front.Listener.Addr().String())
 			if err != nil {
