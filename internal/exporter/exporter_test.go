@@ -424,13 +424,20 @@ func TestRoutesAndStatusPage(t *testing.T) {
 // connection pool to the upstreams, closed with the test.
 func newTestServer(t *testing.T, yaml string) *Server {
 	t.Helper()
+	return newTestServerWith(t, yaml, Options{})
+}
+
+// newTestServerWith is newTestServer with options (o.Base is set here).
+func newTestServerWith(t *testing.T, yaml string, o Options) *Server {
+	t.Helper()
 	cfg, err := ParseConfig("lanes.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
-	srv, err := New(cfg, Options{Base: base})
+	o.Base = base
+	srv, err := New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,22 +16,13 @@ import (
 // returned recorder (nil otherwise). Everything stops with the test.
 func newFront(t *testing.T, yaml string, traced bool) (*httptest.Server, *Server, *tracetest.SpanRecorder) {
 	t.Helper()
-	cfg, err := ParseConfig("lanes.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := &http.Transport{}
-	t.Cleanup(base.CloseIdleConnections)
-	o := Options{Base: base}
+	var o Options
 	var spans *tracetest.SpanRecorder
 	if traced {
 		spans = tracetest.NewSpanRecorder()
 		o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	}
-	srv, err := New(cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newTestServerWith(t, yaml, o)
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	front := httptest.NewServer(srv.Handler())
 	t.Cleanup(front.Close)

@@ -96,16 +96,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return base.RoundTrip(req)
 	}
 
-	if a, ok := req.Context().Value(admissionKey{}).(*admission); ok && a.t == t && a.taken.CompareAndSwap(false, true) {
+	a, ok := req.Context().Value(admissionKey{}).(*admission)
+	if ok && a.t == t && a.taken.CompareAndSwap(false, true) {
 		if req.Body != nil {
 			req.Body.Close() // a RoundTripper closes the request body; Admit has its bytes
 		}
-		if a.res != nil || a.err != nil {
-			return a.res, a.err
-		}
-		return t.send(base, req, a.body, a.lane, a.slot, a.at)
+	} else {
+		a = t.admit(req)
 	}
-	a := t.admit(req)
 	if a.res != nil || a.err != nil {
 		return a.res, a.err
 	}
@@ -118,6 +116,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 type admission struct {
 	t    *Transport
 	body []byte
+	read bool // body was read from the request (not set by SetBody)
 	lane string
 	slot limiter.Slot
 	at   attempt
@@ -155,8 +154,8 @@ func (t *Transport) Admit(req *http.Request) *http.Request {
 	}
 	a := t.admit(req)
 	out := req.WithContext(context.WithValue(req.Context(), admissionKey{}, a))
-	if a.body != nil {
-		SetBody(out, a.body)
+	if a.read {
+		SetBody(out, a.body) // the caller's body was read; a body set by SetBody is still there
 	}
 	return out
 }
@@ -230,6 +229,7 @@ func (t *Transport) prepare(req *http.Request) *admission {
 		model, err = ModelOf(b)
 	} else {
 		a.body, model, err = readModel(req.Body, req.ContentLength, limit)
+		a.read = true
 	}
 	if req.Body != nil {
 		req.Body.Close() // a RoundTripper closes the request body, even on error
