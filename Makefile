@@ -1,7 +1,7 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test e2e fuzz tools fmt-check vet bench replay
+.PHONY: demo test stress e2e fuzz tools fmt-check vet bench replay
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
@@ -11,6 +11,18 @@ demo:
 ## run as ordinary tests)
 test: tools fmt-check vet
 	$(GO) test -race -count=1 ./...
+
+## stress: the race-enabled suite STRESSCOUNT times over (-count=3), two copies at
+## once, so that a test that passes alone and fails under load shows; fails if either
+## copy fails, and prints the failures and where the logs are (about 30 min here)
+STRESSCOUNT ?= 3
+stress: tools
+	@dir=$$(mktemp -d); echo "make stress: two copies of go test -race -count=$(STRESSCOUNT) ./..., logs in $$dir"; \
+	for i in 1 2; do ( $(GO) test -race -count=$(STRESSCOUNT) -timeout 60m ./... > $$dir/copy$$i.log 2>&1; echo $$? > $$dir/copy$$i.rc ) & done; wait; \
+	fail=0; for i in 1 2; do \
+	  if [ "$$(cat $$dir/copy$$i.rc)" != 0 ]; then fail=1; echo "copy $$i failed:"; grep -E -e '^(--- FAIL|FAIL|panic:)' -e '_test.go:[0-9]+:' $$dir/copy$$i.log | head -40; fi; \
+	done; \
+	[ $$fail = 0 ] && echo "make stress: both copies passed"; exit $$fail
 
 ## fuzz: coverage-guided fuzzing of each fuzz target for FUZZTIME (CI runs 10s each)
 FUZZTIME ?= 2m

@@ -152,6 +152,11 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.Counts.TransportErrors, c.Counts.Stalls, c.Counts.Retries = u.TransportErrors, u.Stalls, u.Retries
 		c.Counts.UpstreamErrors = u.RateLimited + u.ServerErrors + u.TransportErrors + u.Stalls
 	}
+	// The truth table of docs/DESIGN.md: the lane queues on purpose when it
+	// is saturated or its p90 wait is over the threshold. Queue timeouts in
+	// the window are listed, but count only while calls are queued now: a
+	// timeout minutes ago on a lane that is free now must not hide a
+	// gateway that fails every call.
 	local, gateway := false, false
 	if l.Saturated {
 		c.Reasons, local = append(c.Reasons, ReasonSaturated), true
@@ -160,7 +165,8 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.Reasons, local = append(c.Reasons, ReasonWaitP90), true
 	}
 	if l.QueueTimeouts5m > 0 {
-		c.Reasons, local = append(c.Reasons, ReasonQueueTimeouts), true
+		c.Reasons = append(c.Reasons, ReasonQueueTimeouts)
+		local = local || l.Queued > 0
 	}
 	n := c.Counts
 	if !recent(l.Upstream, th.ClearAfter) {
@@ -217,7 +223,7 @@ func holdText(c Classification, gateway bool) string {
 	case Idle:
 		return "gate idle: no call in the last 5 min"
 	case Healthy:
-		return fmt.Sprintf("gate healthy: %d of %d slots in use, %d waiting", n.Inflight, n.Limit, c.LaneQueueDepth)
+		return fmt.Sprintf("gate healthy: %d of %d slots in use, %d waiting", n.Inflight, n.Limit, c.LaneQueueDepth) + timeouts(n)
 	}
 	var failing []string
 	for _, p := range []struct {
@@ -230,16 +236,21 @@ func holdText(c Classification, gateway bool) string {
 		}
 	}
 	if c.State == GatewayDegraded {
-		return fmt.Sprintf("gateway degraded: %s in 5 min", strings.Join(failing, ", "))
+		return fmt.Sprintf("gateway degraded: %s in 5 min", strings.Join(failing, ", ")) + timeouts(n)
 	}
-	text := fmt.Sprintf("gate queue: %d %s waiting, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), p90(c.LaneWaitP90S))
-	if n.QueueTimeouts5m > 0 {
-		text += fmt.Sprintf(", %d queue %s in 5 min", n.QueueTimeouts5m, plural(n.QueueTimeouts5m, "timeout", "timeouts"))
-	}
+	text := fmt.Sprintf("gate queue: %d %s waiting, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), p90(c.LaneWaitP90S)) + timeouts(n)
 	if gateway {
 		text += fmt.Sprintf("; gateway failing too: %s in 5 min", strings.Join(failing, ", "))
 	}
 	return text
+}
+
+// timeouts names the queue timeouts of the window, if any, for a hold text.
+func timeouts(n Counts) string {
+	if n.QueueTimeouts5m == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d queue %s in 5 min", n.QueueTimeouts5m, plural(n.QueueTimeouts5m, "timeout", "timeouts"))
 }
 
 func p90(s *limiter.Seconds) string {

@@ -180,3 +180,70 @@ func TestLimitCut(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// TestTruthTable tests each row of the truth table in docs/DESIGN.md: the
+// lane's four local facts and the gateway's health, the state and the
+// reasons listed.
+func TestTruthTable(t *testing.T) {
+	th := classify.DefaultThresholds()
+	failing := &limiter.UpstreamCounts{ServerErrors: 20, LastErrorAge: sec(1)} // every call fails with a 5xx
+	healthy := &limiter.UpstreamCounts{OK: 20}
+	type facts struct {
+		saturated, p90Over bool
+		timeouts, queued   int
+		gateway            bool
+	}
+	snap := func(f facts) limiter.LaneSnapshot {
+		l := limiter.LaneSnapshot{Lane: lane, Limit: 4, Reserve: 1, Inflight: 1, WaitP50: sec(0), WaitP90: sec(0),
+			Saturated: f.saturated, Queued: f.queued, QueueTimeouts5m: f.timeouts, Upstream: healthy}
+		l.QueuedByPriority.Bulk = f.queued
+		if f.p90Over {
+			l.WaitP90 = sec(31)
+		}
+		if f.gateway {
+			l.Upstream = failing
+		}
+		return l
+	}
+	rows := []struct {
+		name    string
+		f       facts
+		state   classify.State
+		reasons []string
+	}{
+		{"nothing holds: healthy", facts{}, classify.Healthy, []string{}},
+		{"saturated", facts{saturated: true, queued: 3}, classify.LocalQueue, []string{"saturated"}},
+		{"saturated with timeouts and a high p90: all listed", facts{saturated: true, p90Over: true, timeouts: 1, queued: 3},
+			classify.LocalQueue, []string{"saturated", "wait_p90", "queue_timeouts"}},
+		{"p90 over the threshold", facts{p90Over: true}, classify.LocalQueue, []string{"wait_p90"}},
+		{"p90 over, with a timeout", facts{p90Over: true, timeouts: 1}, classify.LocalQueue, []string{"wait_p90", "queue_timeouts"}},
+		{"a timeout while calls queue now", facts{timeouts: 1, queued: 2}, classify.LocalQueue, []string{"queue_timeouts"}},
+		{"a timeout on a lane free now: listed, healthy", facts{timeouts: 1}, classify.Healthy, []string{"queue_timeouts"}},
+		{"failing gateway, free lane", facts{gateway: true}, classify.GatewayDegraded, []string{"upstream_errors"}},
+		{"one queue timeout, free lane, failing gateway: gateway_degraded", facts{timeouts: 1, gateway: true},
+			classify.GatewayDegraded, []string{"queue_timeouts", "upstream_errors"}},
+		{"a timeout while calls queue now, failing gateway", facts{timeouts: 1, queued: 2, gateway: true},
+			classify.LocalQueue, []string{"queue_timeouts", "upstream_errors"}},
+		{"saturated, failing gateway: local_queue, gateway reasons listed", facts{saturated: true, queued: 3, gateway: true},
+			classify.LocalQueue, []string{"saturated", "upstream_errors"}},
+		{"p90 over, failing gateway", facts{p90Over: true, gateway: true}, classify.LocalQueue, []string{"wait_p90", "upstream_errors"}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			c := classify.Lane(snap(r.f), th)
+			if c.State != r.state || !reflect.DeepEqual(c.Reasons, r.reasons) {
+				t.Fatalf("%+v: got %s %v, want %s %v (%q)", r.f, c.State, c.Reasons, r.state, r.reasons, c.HoldText)
+			}
+		})
+	}
+	// The hold text of the case names the gateway first, and the
+	// timeout too.
+	c := classify.Lane(snap(facts{timeouts: 1, gateway: true}), th)
+	if want := "gateway degraded: 20 × 5xx in 5 min, 1 queue timeout in 5 min"; c.HoldText != want {
+		t.Fatalf("hold text %q, want %q", c.HoldText, want)
+	}
+	// Idle is the healthy row with no activity at all.
+	if c := classify.Lane(limiter.LaneSnapshot{Lane: lane, Limit: 4}, th); c.State != classify.Idle {
+		t.Fatalf("no activity: %s", c.State)
+	}
+}

@@ -12,15 +12,19 @@
 // {p}_llm_lane_state and {p}_llm_lane_reason gauges, the status page, the
 // alert rules and the dashboards of lanes-exporter:
 //
-//   - local_queue: the process queues on purpose. Reasons "saturated" (the
-//     queue has been non-empty for 60 s), "wait_p90" (the 5-minute p90 wait
-//     is over Thresholds.WaitP90) and "queue_timeouts" (a call waited the
-//     whole queue timeout in the last 5 minutes).
+//   - local_queue: the process queues on purpose: the lane is "saturated"
+//     (the queue has been non-empty for 60 s) or its "wait_p90" (the
+//     5-minute p90 wait) is over Thresholds.WaitP90. "queue_timeouts" (a
+//     call waited the whole queue timeout in the last 5 minutes) is listed
+//     whenever it holds, but makes the lane local_queue only while calls
+//     are queued now: alone, on a lane that is free now, it must not hide a
+//     gateway that fails every call.
 //   - gateway_degraded: the gateway is slow or failing while the lane is
-//     not queueing on purpose. Reasons "upstream_errors" (429, 5xx,
-//     transport errors and stalls reaching Thresholds.UpstreamErrors and
-//     Thresholds.ErrorRatio of the exchanges) and "retries" (SDK retries
-//     reaching Thresholds.Retries).
+//     not local_queue. Reasons "upstream_errors" (429, 5xx, transport
+//     errors and stalls reaching Thresholds.UpstreamErrors and
+//     Thresholds.ErrorRatio of the exchanges), "retries" (SDK retries
+//     reaching Thresholds.Retries) and "limit_cut" (an adaptive limit cut
+//     by the gateway's loss signals).
 //   - When reasons of both kinds hold, the state is local_queue and the
 //     gateway's reasons are still listed (and named in the hold text): the
 //     queue is what a caller waits on, and its depth is what an ETA must use.
@@ -28,6 +32,8 @@
 //     last 5 minutes, including a lane of a configured upstream that has had
 //     no call yet.
 //   - healthy otherwise.
+//
+// docs/DESIGN.md has the whole truth table; TestTruthTable tests each row.
 //
 // # Payload
 //

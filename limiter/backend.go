@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -78,6 +79,27 @@ const (
 	BackendUnavailable   = "unavailable"
 )
 
+// BackendQueueTimeout is the error a Backend's Acquire returns when a
+// call's wait reached its queue timeout, telling where the call stood in
+// the shared queue then, so that the limiter's *QueueTimeoutError reports
+// the lane's global figures (its place, the waiters, and a RetryAfter from
+// the calls ahead of a newcomer). errors.Is(err, ErrQueueTimeout) holds. A
+// Backend that cannot tell returns ErrQueueTimeout itself.
+type BackendQueueTimeout struct {
+	Position int // the call's 1-based place in the serving order
+	Queued   int // waiters in the lane, the call included
+	// Ahead counts, for a newcomer of each class (by Priority.Index), the
+	// waiters that would be served before it once this call has left.
+	Ahead [3]int
+}
+
+func (e *BackendQueueTimeout) Error() string {
+	return fmt.Sprintf("limiter: queue timeout at position %d of %d queued", e.Position, e.Queued)
+}
+
+// Is reports whether target is ErrQueueTimeout.
+func (e *BackendQueueTimeout) Is(target error) bool { return target == ErrQueueTimeout }
+
 // ErrLaneUnavailable is returned by Acquire when the lane's shared store
 // cannot be reached and the backend is set to refuse calls then: the call
 // may be retried (elsewhere, or later).
@@ -140,7 +162,14 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 		e.Kind = Acquired
 	case errors.Is(err, ErrQueueTimeout):
 		ln.stats.recordTimeout(now, waited)
-		err = &QueueTimeoutError{Lane: key, Priority: p, Waited: waited, Position: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
+		qe := &QueueTimeoutError{Lane: key, Priority: p, Waited: waited, Position: place, Queued: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
+		ahead := 0
+		var st *BackendQueueTimeout
+		if errors.As(err, &st) {
+			qe.Position, qe.Queued, ahead = st.Position, st.Queued, st.Ahead[p.Index()]
+		}
+		qe.RetryAfter = ln.retryAfterLocked(cfg, p, now, ahead)
+		err, e.Position = qe, qe.Position
 		e.Kind = TimedOut
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrLaneUnavailable):
 		e.Kind = Refused

@@ -65,12 +65,13 @@ func (l *lane) waitFor(cfg *Config, p Priority, n int) (time.Duration, bool) {
 }
 
 // retryAfterLocked suggests when a call of class p that just timed out in
-// the queue could come back: the estimated wait of a newcomer of its class
-// now, rounded up to whole seconds, at least 1 s; the queue timeout when there is no
+// the queue, with ahead calls now served before a newcomer of its class,
+// could come back: the estimated wait of that newcomer, rounded up to
+// whole seconds, at least 1 s; the queue timeout when there is no
 // estimate.
-func (l *lane) retryAfterLocked(cfg *Config, p Priority, now time.Time) time.Duration {
+func (l *lane) retryAfterLocked(cfg *Config, p Priority, now time.Time, ahead int) time.Duration {
 	l.stats.advance(now)
-	d, ok := l.waitFor(cfg, p, l.q.aheadOf(now)[p.Index()])
+	d, ok := l.waitFor(cfg, p, ahead)
 	if !ok {
 		d = cfg.queueTimeout()
 	}

@@ -405,7 +405,7 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	l.touchLocked(now)
 	l.dequeueLocked(w, now)
 	l.stats.recordTimeout(now, e.Waited)
-	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now)
+	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now, l.q.aheadOf(now)[w.prio.Index()])
 	w.waited, w.err = e.Waited, e
 	w.end(timedOut)
 	// Removing a waiter frees no slot, so no one else can be granted now.

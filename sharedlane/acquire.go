@@ -168,7 +168,29 @@ func (b *Backend) leave(r limiter.Request, w *waiter, why error) (limiter.Lease,
 		}
 		l.Release()
 	}
+	if errors.Is(why, limiter.ErrQueueTimeout) {
+		if st, ok := queueState(v); ok {
+			why = st
+		}
+	}
 	return nil, why, false, true
+}
+
+// queueState reads where a waiter stood from a cancel's answer.
+func queueState(v any) (*limiter.BackendQueueTimeout, bool) {
+	r, ok := v.([]any)
+	if !ok || len(r) != 6 || r[0] != "removed" {
+		return nil, false
+	}
+	var n [5]int
+	for i := range n {
+		x, ok := r[i+1].(int64)
+		if !ok {
+			return nil, false
+		}
+		n[i] = int(x)
+	}
+	return &limiter.BackendQueueTimeout{Position: n[0], Queued: n[1], Ahead: [3]int{n[2], n[3], n[4]}}, true
 }
 
 // errBackUp sends a call waiting on the fallback lanes back to Redis.

@@ -191,9 +191,33 @@ elseif op == 'release' then
   dispatch()
   out = ok and 1 or 0
 elseif op == 'cancel' then
-  -- ARGV 8 id: leave the queue. A grant that came first is claimed.
-  if unqueue(ARGV[8]) then
-    out = 'removed'
+  -- ARGV 8 id: leave the queue. A grant that came first is claimed. A
+  -- waiter that leaves is told where it stood: {'removed', its place in
+  -- the serving order, the waiters then (itself included), and for a
+  -- newcomer of each class the waiters that would be served before it
+  -- once it has gone}, so that a queue timeout reports the lane's global
+  -- figures. It scans the queue, as an in-process lane's timeout does.
+  local id = ARGV[8]
+  local v = redis.call('HGET', QC, id)
+  if v then
+    local c = tonumber(string.sub(v, 1, 1))
+    local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id))}
+    me.rank = math.max(0, c - math.max(0, math.floor((now - me.at) / step)))
+    local pos, n, by = 1, 0, {0, 0, 0}
+    for k = 0, 2 do
+      local r = redis.call('ZRANGE', Q[k + 1], 0, -1, 'WITHSCORES')
+      for i = 1, #r, 2 do
+        n = n + 1
+        if r[i] ~= id then
+          local at = tonumber(r[i + 1])
+          local o = {id = r[i], c = k, at = at, rank = math.max(0, k - math.max(0, math.floor((now - at) / step)))}
+          if before(o, me) then pos = pos + 1 end
+          by[o.rank + 1] = by[o.rank + 1] + 1
+        end
+      end
+    end
+    unqueue(id)
+    out = {'removed', pos, n, by[1], by[1] + by[2], by[1] + by[2] + by[3]}
   elseif redis.call('HDEL', G, ARGV[8]) == 1 or redis.call('ZSCORE', H, ARGV[8]) then
     out = 'granted'
   else

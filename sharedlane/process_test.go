@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -592,4 +593,101 @@ func classifyReasons(t *testing.T, p *exporterProc) string {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return string(b)
+}
+
+// 6. A queue timeout through the proxy on a shared lane reports the lane's
+// global figures, as an in-process one does: its place among the waiters
+// of every process, and a Retry-After from the lane's service rate (at
+// least 1 s), in the header, retry_after_s and the message.
+func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
+	r := startRedis(t)
+	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 5 * time.Millisecond, Tokens: 4, PropagateDisconnect: true})
+	a := startExporter(t, gw.URL, r.URL(), "a", 1, "")
+	b := startExporter(t, gw.URL, r.URL(), "b", 1, "")
+	r.WaitUptime(2 * time.Second)
+	// A few quick calls: a's lane learns the hold time of a call.
+	for range 3 {
+		if o, err := a.call("default", 0); o != completed {
+			t.Fatalf("a quick call: %s %v", o, err)
+		}
+	}
+	// Then one long answer holds the lane's only slot.
+	gw.sim.SetConfig(gatewaysim.Config{Capacity: 100, TokenTime: 100 * time.Millisecond, Tokens: 300, PropagateDisconnect: true})
+	holdCtx, stopHolding := context.WithCancel(context.Background())
+	holder := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(holdCtx, http.MethodPost, "http://"+a.addr+"/proxy/gw/chat/completions",
+			strings.NewReader(`{"model":"protolabs/smart","stream":true}`))
+		res, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		holder <- err
+	}()
+	eventually(t, "the long call holds the slot", func() bool { return a.snapshot(t)["inflight"] == float64(1) })
+	type answer struct {
+		res  *http.Response
+		body []byte
+	}
+	post := func(p *exporterProc) chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			res, err := client.Post("http://"+p.addr+"/proxy/gw/chat/completions", "application/json",
+				strings.NewReader(`{"model":"protolabs/smart","stream":true}`))
+			if err != nil {
+				t.Error(err)
+				out <- answer{}
+				return
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			out <- answer{res, b}
+		}()
+		return out
+	}
+	first := post(a)
+	eventually(t, "a's call queued", func() bool { return a.snapshot(t)["queued"] == float64(1) })
+	second := post(b)
+	eventually(t, "b's call queued behind it", func() bool { return a.snapshot(t)["queued"] == float64(2) })
+
+	// a's call times out first (queue_timeout 5s), with b's still queued.
+	ans := <-first
+	if ans.res == nil || ans.res.StatusCode != 503 {
+		t.Fatalf("a's queued call: %+v %s", ans.res, ans.body)
+	}
+	var eb struct {
+		Error struct {
+			Message     string  `json:"message"`
+			Code        string  `json:"code"`
+			Position    int     `json:"position"`
+			Queued      int     `json:"queued"`
+			RetryAfterS float64 `json:"retry_after_s"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(ans.body, &eb); err != nil || eb.Error.Code != "lane_queue_timeout" {
+		t.Fatalf("body %s", ans.body)
+	}
+	e := eb.Error
+	if e.Position != 1 || e.Queued != 2 || !strings.Contains(e.Message, "position 1 of 2 queued") {
+		t.Fatalf("position %d of %d queued, want 1 of 2 (b's call in the other process counts): %s", e.Position, e.Queued, e.Message)
+	}
+	// An estimate from the service rate (a's calls held their slot a few
+	// ms), not the fallback of one queue timeout, and never under 1 s.
+	if e.RetryAfterS < 1 || e.RetryAfterS >= 5 {
+		t.Fatalf("retry_after_s %v, want an estimate of at least 1 s and under the 5 s queue timeout", e.RetryAfterS)
+	}
+	if h := ans.res.Header.Get("Retry-After"); h != fmt.Sprint(int(e.RetryAfterS)) {
+		t.Fatalf("Retry-After %q, retry_after_s %v", h, e.RetryAfterS)
+	}
+	if !strings.Contains(e.Message, fmt.Sprintf("a new call would wait about %ds", int(e.RetryAfterS))) {
+		t.Fatalf("message %q does not give the estimate", e.Message)
+	}
+	if ans := <-second; ans.res == nil || ans.res.StatusCode != 503 || !bytes.Contains(ans.body, []byte(`"position":1,"queued":1,`)) {
+		t.Fatalf("b's queued call: %s", ans.body)
+	}
+	stopHolding()
+	if err := <-holder; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the long call ended with %v before the test let it go", err)
+	}
 }

@@ -243,7 +243,10 @@ func TestAgingOnRedisClock(t *testing.T) {
 	old.slot.Release()
 	late.wait(t).slot.Release()
 
-	// Without the wait, the default call goes first.
+	// Without the wait, the default call goes first. These processes age
+	// by the default step (60 s), so however slowly this machine runs, the
+	// young bulk call cannot age past the default one.
+	a, b = newProcess(t, r.URL(), "a2", cfg), newProcess(t, r.URL(), "b2", cfg)
 	held = a.start(ctx, limiter.Default).wait(t)
 	young := a.start(ctx, limiter.Bulk)
 	queuedGlobally(t, a, 1)

@@ -111,6 +111,18 @@ var agreementCases = []agreementCase{
 		held.Release()
 		return func() {}
 	}, classify.LocalQueue, []string{"wait_p90", "queue_timeouts"}},
+	{"one queue timeout, free lane now, failing gateway", func(s *stack) func() {
+		held := s.take(limiter.Default)
+		w := s.wait(limiter.Bulk)
+		s.clock.Advance(limiter.DefaultQueueTimeout)
+		<-w
+		held.Release()
+		for range 20 { // calls flow again: the p90 wait is 0
+			quickCall(s)
+		}
+		exchanges(s, 20, limiter.OutcomeServerError, false)
+		return func() {}
+	}, classify.GatewayDegraded, []string{"queue_timeouts", "upstream_errors"}},
 }
 
 // TestClassificationTableAgrees: the classification route, the lane-state

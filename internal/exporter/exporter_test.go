@@ -203,8 +203,12 @@ func TestProxyPriority(t *testing.T) {
 }
 
 // 2. A queue timeout through the proxy with openai-go: one 503, not retried.
+// The held call's stall guard is longer than the queue timeout: the one
+// Advance below must fire the waiter's deadline alone (with the default
+// 120 s stall timeout it would also end the held call, and which of the
+// two the lane saw first would depend on goroutine scheduling).
 func TestProxyQueueTimeoutWithOpenAI(t *testing.T) {
-	r := newProxy(t, oneSlot)
+	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
 	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
 	if err != nil {
 		t.Fatal(err)
