@@ -30,7 +30,18 @@ import (
 //     among requests whose body size is within 1/16 of an octave (about
 //     4 %) of this one's, because long prompts take longer to their first
 //     token even on an idle gateway. A ratio above 1 + Tolerance means the
-//     gateway is past its capacity: it is slowing every call down.
+//     gateway is past its capacity: it is slowing every call down. But
+//     gateways jitter whatever their load, and the 5-minute minimum is
+//     their luckiest call: so the tolerance also grows with the jitter
+//     the lane has learned, four times the mean relative difference
+//     between first bytes of calls of about one size sent into the same
+//     load (the load cannot explain that difference; RFC 6298 bounds
+//     round trips the same way, by four mean deviations). A steady gateway
+//     keeps the 5 %; one whose first bytes spread uniformly over a third
+//     of their value gets about 50 %, and its jitter alone never cuts.
+//     The jitter counts once 8 pairs are known; a latency cut made before
+//     it is well known (64 pairs) is taken back, within LatencyHold, if
+//     the jitter learned since explains it.
 //   - Loss: a 429, a 5xx, a transport error or a stall; a Retry-After holds
 //     increases for as long as it asks.
 //
@@ -39,7 +50,8 @@ import (
 // three fresh samples:
 //
 //   - Latency above tolerance: when the lower median of at least Window
-//     fresh samples is past 1 + Tolerance, or one sample is past Severe
+//     fresh samples is past the tolerance, or one sample is past Severe
+//     (plus the jitter's share)
 //     (a quarter over the baseline: a gateway that lost half its capacity
 //     may not finish another call for minutes, so no second sample would
 //     come), the limit drops toward the point where the gateway stops
@@ -85,7 +97,8 @@ type Adaptive struct {
 // The controller's constants (see Adaptive).
 const (
 	// Tolerance is how far above the no-load baseline first-byte times may
-	// be before the gateway counts as past its capacity.
+	// be before the gateway counts as past its capacity, on a gateway that
+	// does not jitter (the learned jitter adds to it: see Adaptive).
 	Tolerance = 0.05
 	// LossFactor multiplies the limit on a loss signal.
 	LossFactor = 0.75
@@ -107,7 +120,12 @@ const (
 	// at twice its load all that time.
 	Severe = 1.25
 	// probeSamples is how many first-byte times the probe collects.
-	probeSamples     = 3
+	probeSamples = 3
+	// jitterK is how many mean differences of the jitter the tolerance
+	// adds (see jitter), minPairs how many pairs it takes to learn.
+	jitterK          = 4
+	minPairs         = 8
+	jitterWindow     = 64 // the gain's inverse, once past it
 	bucketsPerOctave = 16
 )
 
@@ -173,7 +191,61 @@ type controller struct {
 	loads     [64]loadAt
 	nload     int
 	loadsSent []int // the load each fresh sample's call was sent into
+	jitter    jitter
+	undo      *undo // the latest latency cut, while it may be taken back
 }
+
+// jitter learns how much first bytes vary that the load does not explain:
+// the mean relative difference between two first bytes of requests of one
+// size bucket whose calls were sent into the same load, each paired with
+// the latest such sample before it (among the last 8 samples); a running mean over the first pairs, then an exponentially
+// weighted one over about the last 128 (gain 1/64). A gateway whose first
+// byte does not grow with load but jitters has a large one, and its ratios
+// may go that far above the baseline before they count as past its
+// capacity (see tolerance); a steady gateway has none, and the tolerance is
+// Tolerance alone. As TCP's retransmission timer bounds round trips by four
+// mean deviations learned from them (RFC 6298: SRTT + 4·RTTVAR), not by a
+// fixed share, so does this.
+type jitter struct {
+	mean   float64
+	n      int             // pairs seen
+	recent [8]jitterSample // the latest samples, newest at (next-1)
+	next   int
+}
+
+type jitterSample struct {
+	after  time.Duration
+	bucket int
+	load   int // 0: none
+}
+
+// pair takes a first byte after, of a request of size bucket k, sent
+// into load.
+func (j *jitter) pair(after time.Duration, k, load int) {
+	for i := 1; i <= len(j.recent); i++ {
+		p := j.recent[(j.next-i+len(j.recent))%len(j.recent)]
+		if p.load == load && p.bucket == k && p.after > 0 && after > 0 {
+			d := float64(max(p.after, after)-min(p.after, after)) / float64(min(p.after, after))
+			j.n++
+			j.mean += (d - j.mean) / float64(min(j.n, jitterWindow))
+			break
+		}
+	}
+	j.recent[j.next] = jitterSample{after, k, load}
+	j.next = (j.next + 1) % len(j.recent)
+}
+
+// spread is the mean difference, 0 until minPairs pairs have been seen.
+func (j *jitter) spread() float64 {
+	if j.n < minPairs {
+		return 0
+	}
+	return j.mean
+}
+
+// tolerance is how far above 1 a ratio may be and still count as no load:
+// Tolerance plus four times the learned jitter.
+func (c *controller) tolerance() float64 { return Tolerance + jitterK*c.jitter.spread() }
 
 type loadAt struct {
 	at time.Time
@@ -331,25 +403,33 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight, reserve in
 		r = float64(fb.After) / float64(base)
 	}
 	// The decision looks at the latest fresh samples (a sliding window of
-	// three), and a cut scales the load their calls were sent into.
+	// three), and a cut scales the load their calls were sent into. Their
+	// ratios are judged against the tolerance, which grows with the
+	// gateway's jitter (see jitter), and a cut scales by the part of the
+	// ratio the jitter does not explain.
 	c.fresh = append(c.fresh, r)
 	c.loadsSent = append(c.loadsSent, c.loadAt(fb.Sent, inflight))
+	c.jitter.pair(fb.After, k, c.loadsSent[len(c.loadsSent)-1])
+	jit := c.tolerance() - Tolerance
 	if len(c.fresh) > 3 {
 		c.fresh, c.loadsSent = c.fresh[1:], c.loadsSent[1:]
 	}
 	switch {
-	case r > 1+Tolerance:
+	case r > 1+Tolerance+jit:
 		c.good = 0 // an increase takes good first bytes in a row
 	case busy:
 		c.good++
 	}
+	if done, raised := c.takeBack(now); done {
+		return raised
+	}
 	limit := c.current()
-	switch {
-	case len(c.fresh) >= Window && median(c.fresh) > 1+Tolerance:
-		return c.latencyCut(now, cut(min(limit, slices.Max(c.loadsSent)), median(c.fresh)), "latency: first bytes past the no-load baseline")
-	case r >= Severe:
-		return c.latencyCut(now, cut(min(limit, c.loadsSent[len(c.loadsSent)-1]), r), "latency: a first byte far past the no-load baseline")
-	case r > 1+Tolerance || !busy:
+	switch m := median(c.fresh); {
+	case len(c.fresh) >= Window && m > 1+Tolerance+jit:
+		return c.latencyCut(now, cut(min(limit, slices.Max(c.loadsSent)), m-jit), m, "latency: first bytes past the no-load baseline")
+	case r >= Severe+jit:
+		return c.latencyCut(now, cut(min(limit, c.loadsSent[len(c.loadsSent)-1]), r-jit), r, "latency: a first byte far past the no-load baseline")
+	case r > 1+Tolerance+jit || !busy:
 		return false
 	case c.slowStart && c.good >= Window:
 		return c.change(now, c.capped(now, grow(limit)), "slow start")
@@ -368,14 +448,62 @@ func (c *controller) firstByte(now time.Time, fb FirstByte, inflight, reserve in
 // sweep of docs/ADAPTIVE.md it settled later, in 7 runs of 24 against 14.) (In slow start this is
 // TCP's return to the window before the one that lost; later, it keeps a
 // failed probe from costing more than its one slot.)
-func (c *controller) latencyCut(now time.Time, to int, reason string) bool {
+func (c *controller) latencyCut(now time.Time, to int, ratio float64, reason string) bool {
 	limit := c.current()
 	if c.raisedFrom > 0 {
 		to = max(to, c.raisedFrom)
 	}
+	switch u := c.undo; {
+	case c.jitter.n >= jitterWindow:
+		c.undo = nil // judged with the jitter well known: it stands
+	case u != nil:
+		// Cuts in a row are taken back together, to the state before the
+		// first, once the jitter explains the largest.
+		u.at, u.ratio = now, max(u.ratio, ratio)
+	default:
+		c.undo = &undo{at: now, ratio: ratio, limit: limit, slowStart: c.slowStart, holdAt: c.holdAt, holdUntil: c.holdUntil,
+			ceiling: c.ceiling, ceilingUntil: c.ceilingUntil}
+	}
 	c.cutAt(now, limit)
 	c.hold(now, limit-1, LatencyHold)
 	return c.change(now, min(limit-1, to), reason)
+}
+
+// undo is what a latency cut made before the jitter was well known (from
+// fewer than jitterWindow pairs) changed, kept for LatencyHold: if the
+// jitter learned since explains the ratio that made the cut (it is within
+// the tolerance now), the cut is taken back. A lane learns its gateway's
+// jitter from its first pairs of samples, roughly from the first minPairs;
+// a cut made before, on a jittery gateway, would otherwise hold the limit
+// down for minutes.
+type undo struct {
+	at           time.Time
+	ratio        float64
+	limit        int
+	slowStart    bool
+	holdAt       int
+	holdUntil    time.Time
+	ceiling      int
+	ceilingUntil time.Time
+}
+
+// takeBack undoes the latest latency cut if the jitter now explains it
+// (done), and reports whether that raised the limit.
+func (c *controller) takeBack(now time.Time) (done, raised bool) {
+	u := c.undo
+	if u == nil {
+		return false, false
+	}
+	if now.Sub(u.at) >= LatencyHold {
+		c.undo = nil
+		return false, false
+	}
+	if u.ratio > 1+c.tolerance() {
+		return false, false
+	}
+	c.undo = nil
+	c.slowStart, c.holdAt, c.holdUntil, c.ceiling, c.ceilingUntil = u.slowStart, u.holdAt, u.holdUntil, u.ceiling, u.ceilingUntil
+	return true, c.change(now, u.limit, "latency cut taken back: the gateway's jitter, learned since, explains it")
 }
 
 // capped bounds an increase by the hold after a loss.
@@ -441,6 +569,7 @@ func (c *controller) loss(now, sent time.Time, o Outcome, retryAfter time.Durati
 	}
 	// The load the lost call was sent into was too many.
 	at := min(limit, c.loadAt(sent, limit)) - 1
+	c.undo = nil // a loss is no jitter
 	c.hold(now, at, max(HoldOff, retryAfter))
 	c.lossHeld = at
 	next = min(next, at)
@@ -507,12 +636,16 @@ type AdaptiveState struct {
 	// CutByLoss is true when gateway loss signals cut the limit in the
 	// last 5 minutes: classification lists limit_cut, a gateway reason.
 	CutByLoss bool `json:"cut_by_loss"`
+	// Tolerance is how far above the no-load baseline (as a share of it)
+	// first bytes may be before they count as past the gateway's capacity:
+	// 0.05, plus four times the jitter the lane has learned.
+	Tolerance float64 `json:"tolerance"`
 }
 
 func (c *controller) state(now time.Time) *AdaptiveState {
 	s := &AdaptiveState{Min: max(1, c.set.MinInflight), Max: c.max, Probing: c.probing,
 		LastChange: c.reason, LastChangeAgo: seconds(now.Sub(c.reasonAt).Seconds()),
-		CutByLoss: !c.lossAt.IsZero() && now.Sub(c.lossAt) <= windowSpan}
+		CutByLoss: !c.lossAt.IsZero() && now.Sub(c.lossAt) <= windowSpan, Tolerance: math.Round(c.tolerance()*1000) / 1000}
 	if c.lastBase > 0 {
 		b := seconds(c.lastBase.Seconds())
 		s.BaselineTTFB = &b

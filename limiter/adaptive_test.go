@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -515,5 +516,56 @@ func TestAdaptiveDropKeepsReserve(t *testing.T) {
 	}
 	if err := try(limiter.Interactive, false); err == nil {
 		t.Fatal("a third call past the limit of 2")
+	}
+}
+
+// A gateway that jitters whatever its load: its lane learns the jitter from
+// pairs of first bytes sent into the same load, a cut it made before it
+// knew is taken back, and from then on the jitter never cuts; a real
+// slowdown, beyond the jitter, still does.
+func TestAdaptiveJitter(t *testing.T) {
+	a := newAdaptive(t, 1, 8, 8)
+	a.sample(2*time.Second, 1000) // the probe
+	a.fill()
+	jittery := func(n int) {
+		for i := range n {
+			if a.limit() < 8 {
+				a.fill()
+			}
+			if i%2 == 0 {
+				a.sample(2*time.Second, 1000)
+			} else {
+				a.sample(2600*time.Millisecond, 1000) // 1.3 times the baseline
+			}
+		}
+	}
+	jittery(40)
+	if a.limit() != 8 {
+		t.Fatalf("after learning the jitter: limit %d (%s), want 8", a.limit(), a.state().LastChange)
+	}
+	if tol := a.state().Tolerance; tol < 0.3 {
+		t.Fatalf("tolerance %v, want above the jitter's 0.3", tol)
+	}
+	jittery(200)
+	if a.limit() != 8 {
+		t.Fatalf("jitter alone cut the limit to %d (%s)", a.limit(), a.state().LastChange)
+	}
+	// First bytes three times the baseline, every one: past the jitter
+	// (the tolerance is 0.05 + 4 × 0.3).
+	a.fill()
+	a.sample(6*time.Second, 1000)
+	a.sample(6*time.Second, 1000)
+	if a.limit() >= 8 || !strings.HasPrefix(a.state().LastChange, "latency:") {
+		t.Fatalf("a slowdown beyond the jitter: limit %d (%s)", a.limit(), a.state().LastChange)
+	}
+	// A steady gateway's lane keeps the 5 % tolerance.
+	s := newAdaptive(t, 1, 8, 8)
+	s.sample(2*time.Second, 1000)
+	s.fill()
+	for range 40 {
+		s.sample(2*time.Second, 1000)
+	}
+	if tol := s.state().Tolerance; tol != limiter.Tolerance {
+		t.Fatalf("steady gateway: tolerance %v, want %v", tol, limiter.Tolerance)
 	}
 }

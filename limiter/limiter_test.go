@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/llmlanes/llmlanes/internal/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
@@ -24,7 +23,7 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == f.DefValue {
 		_ = f.Value.Set("1000")
 	}
-	goleak.VerifyTestMain(m)
+	leaktest.VerifyTestMain(m)
 }
 
 const gw = "https://gw/v1|protolabs/smart"

@@ -16,15 +16,15 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
-	"go.uber.org/goleak"
 
+	"github.com/llmlanes/llmlanes/internal/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 	"github.com/llmlanes/llmlanes/otelbridge"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC)
 

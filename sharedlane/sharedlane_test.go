@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/llmlanes/llmlanes/internal/leaktest"
+
 	"github.com/llmlanes/llmlanes/internal/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(binDir)
 	}
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
+		if err := leaktest.Check(goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

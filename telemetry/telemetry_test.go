@@ -14,15 +14,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/llmlanes/llmlanes/classify"
+	"github.com/llmlanes/llmlanes/internal/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 const lane = "https://gw/v1|protolabs/smart"
 

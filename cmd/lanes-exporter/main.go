@@ -118,6 +118,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	opts := exporter.Options{Log: log, EnableLifecycle: *lifecycle,
 		TracerProvider: otel.TracerProvider, Propagator: otel.Propagator, MetricExporters: otel.MetricExporters}
 
+	// The signals are caught before the listener opens: a SIGTERM that comes
+	// as soon as the process answers (a test, an orchestrator's quick stop)
+	// must shut it down gracefully, not kill it.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+
 	var l *exporter.Listener
 	var stopDemo func(context.Context) error
 	switch {
@@ -169,9 +176,6 @@ Ctrl-C to stop.
 		return 2
 	}
 
-	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sig)
 	for s := range sig {
 		if s == syscall.SIGHUP {
 			if *demo {

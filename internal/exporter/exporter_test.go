@@ -18,13 +18,13 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"go.uber.org/goleak"
 
+	"github.com/llmlanes/llmlanes/internal/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // upstreamLog is a loopback gateway that records what reaches it; hold
 // makes streams wait after their first chunk until closed.

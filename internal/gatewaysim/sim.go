@@ -41,6 +41,11 @@ type Config struct {
 	// longer to its first token even on an idle gateway.
 	FirstTokenDelay time.Duration `json:"first_token_delay"`
 	PromptTime      time.Duration `json:"prompt_time"`
+	// Jitter adds to each request's first token a delay that does not
+	// depend on the load: uniform in [0, Jitter), or, with Bimodal, 0 or
+	// Jitter, equally likely. Real gateways jitter whatever their load.
+	Jitter  time.Duration `json:"jitter"`
+	Bimodal bool          `json:"bimodal"`
 	// Faults, as shares of requests from 0 to 1.
 	RateLimited float64 `json:"rate_limited"`
 	ServerError float64 `json:"server_error"`
@@ -73,6 +78,21 @@ func (c *Config) TokenDelay(active int) time.Duration {
 // bodyBytes, at no load: FirstTokenDelay plus PromptTime per KiB.
 func (c *Config) FirstTokenAfter(bodyBytes int) time.Duration {
 	return c.FirstTokenDelay + time.Duration(float64(c.PromptTime)*float64(bodyBytes)/1024)
+}
+
+// JitterOf returns the jitter of a request's first token for a draw x
+// uniform in [0, 1) (see Config.Jitter).
+func (c *Config) JitterOf(x float64) time.Duration {
+	switch {
+	case c.Jitter <= 0:
+		return 0
+	case c.Bimodal:
+		if x < 0.5 {
+			return 0
+		}
+		return c.Jitter
+	}
+	return time.Duration(x * float64(c.Jitter))
 }
 
 // Stats are the gateway's counters since it started.
@@ -267,7 +287,13 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string,
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}
-	if !wait(c.FirstTokenAfter(bodyBytes) + slow()) {
+	jitter := time.Duration(0)
+	if c.Jitter > 0 {
+		g.mu.Lock()
+		jitter = c.JitterOf(g.rng.Float64())
+		g.mu.Unlock()
+	}
+	if !wait(c.FirstTokenAfter(bodyBytes) + jitter + slow()) {
 		return
 	}
 	var text strings.Builder

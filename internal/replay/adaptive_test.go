@@ -1,6 +1,9 @@
 package replay
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -40,8 +43,8 @@ func TestAdaptiveGoals(t *testing.T) {
 		t.Errorf("the best fixed limit is %d, want the simulator's capacity, 6", b.BestFixed)
 	}
 	gs := b.Goals(nil)
-	if len(gs) != 10 {
-		t.Errorf("%d goals, want 10", len(gs))
+	if len(gs) != 12 {
+		t.Errorf("%d goals, want 12", len(gs))
 	}
 	for _, g := range gs {
 		if !g.Met {
@@ -77,12 +80,20 @@ func TestAdaptiveSameReport(t *testing.T) {
 	fa := a.Files()
 	sameFiles(t, fa, b.Files())
 	md := string(fa["ADAPTIVE.md"])
-	for _, want := range []string{"## The goals, measured", "## Beyond the headline", "Of 24 runs: ", "![capacity halves: adaptive](adaptive-capacity-halves-adaptive.svg)", "queue_timeout 5m0s"} {
+	for _, want := range []string{"## The goals, measured", "## Beyond the headline", "Of 24 runs: ", "## Gateways that jitter", "![capacity halves: adaptive](adaptive-capacity-halves-adaptive.svg)", "queue_timeout 5m0s"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("ADAPTIVE.md lacks %q", want)
 		}
 	}
 	if !strings.Contains(string(fa["adaptive-adaptive-from-2.svg"]), "<polyline") {
 		t.Error("no line in the limit chart")
+	}
+	// The committed report is this one: a change to the controller or the
+	// runs is not done until make replay has been run.
+	for name, b := range fa {
+		committed, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
+		if err != nil || !bytes.Equal(committed, b) {
+			t.Errorf("docs/%s is not what the replay gives now (%v): run make replay", name, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 )
@@ -16,7 +17,8 @@ import (
 type gateway struct {
 	e      *engine
 	cfg    gatewaysim.Config
-	rng    *rand.Rand
+	rng    *rand.Rand  // faults
+	jit    *rand.Rand  // first-token jitter, apart so that the fault draws stay as they were
 	active []*exchange // in the order they started
 	st     gatewaysim.Stats
 }
@@ -33,7 +35,7 @@ type exchange struct {
 }
 
 func newGateway(e *engine, cfg gatewaysim.Config) *gateway {
-	return &gateway{e: e, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	return &gateway{e: e, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), jit: rand.New(rand.NewPCG(cfg.Seed, 3))}
 }
 
 // send starts x at the gateway.
@@ -66,7 +68,11 @@ func (g *gateway) send(x *exchange, retry bool) {
 	g.active = append(g.active, x)
 	g.st.Active = len(g.active)
 	g.st.Peak = max(g.st.Peak, g.st.Active)
-	g.e.after(g.cfg.FirstTokenAfter(x.bytes)+g.cfg.TokenDelay(len(g.active)), func() { g.tick(x, 0) })
+	jitter := time.Duration(0)
+	if g.cfg.Jitter > 0 {
+		jitter = g.cfg.JitterOf(g.jit.Float64())
+	}
+	g.e.after(g.cfg.FirstTokenAfter(x.bytes)+jitter+g.cfg.TokenDelay(len(g.active)), func() { g.tick(x, 0) })
 }
 
 func (g *gateway) tick(x *exchange, i int) {

@@ -88,6 +88,14 @@ type Options struct {
 	RejectAbove int
 	// CapacityChanges change the gateway's capacity as the run goes.
 	CapacityChanges []CapacityChange
+	// Jitter and Bimodal add to each first token a delay that does not
+	// depend on the load (see gatewaysim.Config.Jitter).
+	Jitter  time.Duration
+	Bimodal bool
+	// Clients, when above 0, replaces the incident's load with this many
+	// clients, each sending a default call of CoderBytes as soon as its
+	// last one ended (a closed loop), for Duration.
+	Clients int
 }
 
 // CapacityChange sets the gateway's capacity at a time.
@@ -143,8 +151,19 @@ func (o Options) Parameters(w io.Writer) {
 	p("calls arrive for", "%s", o.Duration)
 	p("gateway", "capacity %d; answers of %d tokens of %s after %s (%s when idle); processor sharing past capacity; no disconnect propagation",
 		o.Capacity, o.Tokens, o.TokenTime, o.FirstTokenDelay, o.FirstTokenDelay+time.Duration(o.Tokens)*o.TokenTime)
-	p("load per agent", "%d agent(s); an operator's chat turn %s after each reply; a coder call every %s on average; %d review panels of %d bulk finders, %s apart",
-		o.Agents, o.ChatEvery, o.CoderEvery, o.Panels, o.PanelSize, o.PanelEvery)
+	if o.Jitter > 0 {
+		kind := fmt.Sprintf("uniform in [0, %s)", o.Jitter)
+		if o.Bimodal {
+			kind = fmt.Sprintf("0 or %s, equally likely", o.Jitter)
+		}
+		p("gateway jitter", "each first token %s later, whatever the load", kind)
+	}
+	if o.Clients > 0 {
+		p("load", "%d clients, each sending a default call as soon as its last one ended", o.Clients)
+	} else {
+		p("load per agent", "%d agent(s); an operator's chat turn %s after each reply; a coder call every %s on average; %d review panels of %d bulk finders, %s apart",
+			o.Agents, o.ChatEvery, o.CoderEvery, o.Panels, o.PanelSize, o.PanelEvery)
+	}
 	p("SDK", "request timeout %s; %d retries, backoff %s doubling, no jitter; no retry after X-Should-Retry: false",
 		o.RequestTimeout, o.Retries, o.Backoff)
 	p("lanes", "max_inflight %d, interactive_reserve %d, queue_timeout %s, aging one class per 60 s; transport header and stall timeouts %s from the grant",

@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/llmlanes/llmlanes/internal/leaktest"
 	"github.com/llmlanes/llmlanes/internal/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 func runAll(t *testing.T) Bundle {
 	t.Helper()

@@ -66,7 +66,7 @@ func Run(scenario string, o Options) (Report, error) {
 	e := newEngine()
 	gcfg := gatewaysim.Config{Capacity: o.Capacity, Tokens: o.Tokens, TokenTime: o.TokenTime, FirstTokenDelay: o.FirstTokenDelay, Seed: o.Seed}
 	s := &sim{e: e, o: o, r: newReport(scenario, o), queued: map[*call]time.Duration{}, rng: rand.New(rand.NewPCG(o.Seed, 77))}
-	gcfg.PromptTime, gcfg.RejectAbove = o.PromptTime, o.RejectAbove
+	gcfg.PromptTime, gcfg.RejectAbove, gcfg.Jitter, gcfg.Bimodal = o.PromptTime, o.RejectAbove, o.Jitter, o.Bimodal
 	var shared limiter.Config
 	switch scenario {
 	case "no-limiter":
@@ -146,6 +146,18 @@ func idleTTFT(cfg gatewaysim.Config) time.Duration {
 // load schedules every agent's calls.
 func (s *sim) load() {
 	o := s.o
+	if o.Clients > 0 {
+		for range o.Clients {
+			var next func()
+			next = func() {
+				if s.e.now() < o.Duration {
+					s.begin(&call{class: "default", prio: limiter.Default, panel: -1, then: next})
+				}
+			}
+			s.e.at(0, next)
+		}
+		return
+	}
 	s.panels = make([]panel, o.Agents*o.Panels)
 	for a := range o.Agents {
 		// The operator: a turn, the reply read, ChatEvery to think, the
