@@ -51,7 +51,7 @@ tools:
 ## CI runs it after make test.
 e2e: tools
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus|EveryState|Readme' ./internal/exporter ./internal/demo ./internal/readme
+	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus|EveryState|Readme' ./internal/exporter ./internal/demo ./internal/tools/readme
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -59,13 +59,13 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## bench: run the benchmarks, then lanes-exporter beside HAProxy (internal/proxybench,
+## bench: run the benchmarks, then lanes-exporter beside HAProxy (internal/tools/proxybench,
 ## each part in its own process, a few minutes), and rewrite docs/BENCHMARKS.md with
 ## figures and ratios (the raw go test output is kept in docs/bench/raw.txt, the proxy
 ## figures in docs/bench/proxy.json; re-render both with
-##  go run ./internal/benchreport -in docs/bench/raw.txt)
+##  go run ./internal/tools/benchreport -in docs/bench/raw.txt)
 bench: tools
-	$(GO) run ./internal/benchreport $(BENCHFLAGS) -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
+	$(GO) run ./internal/tools/benchreport $(BENCHFLAGS) -out docs/BENCHMARKS.md 2> docs/bench/raw.txt
 
 ## replay: regenerate docs/INCIDENT-REPLAY.md, docs/ADAPTIVE.md and their charts (the simulated replays are
 ## exact; -http adds the real-HTTP replay, about 30 s)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmlanes/llmlanes/internal/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
 

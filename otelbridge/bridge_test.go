@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
-	"github.com/llmlanes/llmlanes/internal/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"

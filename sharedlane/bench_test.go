@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
 

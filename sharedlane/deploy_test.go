@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
 

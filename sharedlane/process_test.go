@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 )
 
 // The binary of lanes-exporter, built once for the tests that run it as

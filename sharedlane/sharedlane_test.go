@@ -16,9 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/llmlanes/llmlanes/internal/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )

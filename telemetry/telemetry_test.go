@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/llmlanes/llmlanes/classify"
-	"github.com/llmlanes/llmlanes/internal/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 	"github.com/llmlanes/llmlanes/telemetry"

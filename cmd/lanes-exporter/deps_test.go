@@ -33,6 +33,15 @@ func TestProductionBuildLinksNoSimulator(t *testing.T) {
 			t.Errorf("the production build links %s", strings.TrimSpace(pkg))
 		}
 	}
+	// The tooling (the replay, the benchmarks and their report, test
+	// helpers) lives under internal/tools, and neither build links any of it.
+	for build, deps := range map[string]string{"default": dev, "production": prod} {
+		for _, line := range strings.Split(deps, "\n") {
+			if strings.HasPrefix(line, "github.com/llmlanes/llmlanes/internal/tools/") {
+				t.Errorf("the %s build links %s", build, line)
+			}
+		}
+	}
 	if !strings.Contains(prod, "github.com/llmlanes/llmlanes/internal/exporter\n") {
 		t.Fatalf("go list output does not look like the exporter's deps:\n%s", prod)
 	}

@@ -23,7 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/llmlanes/llmlanes/internal/replay"
+	"github.com/llmlanes/llmlanes/internal/tools/replay"
 )
 
 func main() {

@@ -24,7 +24,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/dashboards"
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 )
 
 // A real Prometheus (Debian's, installed by `make tools`) scrapes a

@@ -18,7 +18,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/dashboards"
 
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )

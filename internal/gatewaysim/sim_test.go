@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmlanes/llmlanes/internal/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

@@ -16,7 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/llmlanes/llmlanes/internal/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )

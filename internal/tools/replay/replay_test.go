@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmlanes/llmlanes/internal/leaktest"
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"testing"
 	"time"
 
 	"go.uber.org/goleak"
@@ -23,10 +22,14 @@ import (
 // Grace is how long VerifyTestMain waits for goroutines to end.
 const Grace = 10 * time.Second
 
+// M is what VerifyTestMain needs of a *testing.M (the package imports
+// testing nowhere but in tests).
+type M interface{ Run() int }
+
 // VerifyTestMain runs the tests and, if they pass, fails the binary when
 // goroutines other than those opts ignore are still running after Grace.
 // Call it from TestMain; it does not return.
-func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+func VerifyTestMain(m M, opts ...goleak.Option) {
 	code := m.Run()
 	if code == 0 {
 		if err := Check(opts...); err != nil {

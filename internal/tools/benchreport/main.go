@@ -2,7 +2,7 @@
 // docs/BENCHMARKS.md: every figure, the ratios against the anchors measured
 // in the same run, and each performance goal checked.
 //
-//	go run ./internal/benchreport -out docs/BENCHMARKS.md
+//	go run ./internal/tools/benchreport -out docs/BENCHMARKS.md
 //
 // Benchmarks are named Benchmark<Name>/<scenario>/<implementation>. In each
 // scenario, every implementation is compared with the anchors present
@@ -35,7 +35,7 @@ func main() {
 	benchtime := flag.String("benchtime", "1s", "go test -benchtime")
 	pkgs := flag.String("pkgs", "./...", "packages to benchmark")
 	in := flag.String("in", "", "render this saved `go test -bench` output instead of running the benchmarks")
-	proxy := flag.String("proxy", "docs/bench/proxy.json", "where the proxy-beside-HAProxy figures (internal/proxybench) are kept; with -in, read from there")
+	proxy := flag.String("proxy", "docs/bench/proxy.json", "where the proxy-beside-HAProxy figures (internal/tools/proxybench) are kept; with -in, read from there")
 	noProxy := flag.Bool("no-proxy", false, "skip the proxy-beside-HAProxy measurement")
 	proxyQuick := flag.Bool("proxy-quick", false, "a short proxy-beside-HAProxy run (one round, few calls; its figures are rough)")
 	flag.Parse()
@@ -161,7 +161,7 @@ func report(w io.Writer, res map[string]*result, info runInfo, command string, p
 		date = time.Now().UTC().Format(time.DateOnly)
 	}
 	fmt.Fprintf(w, "# Benchmarks\n\n")
-	fmt.Fprintf(w, "Produced by `make bench` (`go run ./internal/benchreport`) on %s, %s, %s/%s, %d CPUs (%s).\n",
+	fmt.Fprintf(w, "Produced by `make bench` (`go run ./internal/tools/benchreport`) on %s, %s, %s/%s, %d CPUs (%s).\n",
 		date, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.cpu)
 	fmt.Fprintf(w, "Every figure is the median of the runs of `%s`; ratios compare implementations\n", command)
 	fmt.Fprintf(w, "measured in the same run. Timings on a shared VM vary by 10-20%% between runs: read the ratios.\n\n")

@@ -2,9 +2,9 @@
 // HAProxy configured as the same lane: a gateway, each proxy and the load
 // generator each in a process of their own, on loopback, in interleaved
 // rounds. It prints one JSON object, the goals checked and a Markdown
-// section, which internal/benchreport puts into docs/BENCHMARKS.md.
+// section, which internal/tools/benchreport puts into docs/BENCHMARKS.md.
 //
-//	go run ./internal/proxybench -lanes path/to/lanes-exporter
+//	go run ./internal/tools/proxybench -lanes path/to/lanes-exporter
 //
 // It plays every part itself: -role upstream is the gateway, -role floor
 // the least a Go proxy on net/http does for the same lane (serveFloor),

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 )
 
-// proxyReport is what internal/proxybench prints.
+// proxyReport is what internal/tools/proxybench prints.
 type proxyReport struct {
 	Goals    []proxyGoal `json:"goals"`
 	Markdown string      `json:"markdown"`
@@ -25,7 +25,7 @@ type proxyGoal struct {
 // for latency and CPU: the Go scheduler on one CPU.
 const proxyVariant = "GOMAXPROCS=1"
 
-// runProxy builds lanes-exporter and internal/proxybench, runs the
+// runProxy builds lanes-exporter and internal/tools/proxybench, runs the
 // measurement (a few minutes) and keeps its output in file.
 func runProxy(file string, quick bool) (*proxyReport, error) {
 	dir, err := os.MkdirTemp("", "benchreport")
@@ -33,7 +33,7 @@ func runProxy(file string, quick bool) (*proxyReport, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	for _, pkg := range []string{"./cmd/lanes-exporter", "./internal/proxybench"} {
+	for _, pkg := range []string{"./cmd/lanes-exporter", "./internal/tools/proxybench"} {
 		cmd := exec.Command("go", "build", "-o", dir, pkg)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -72,7 +72,7 @@ func readProxy(file string) *proxyReport {
 	return &px
 }
 
-const proxyIntro = `What an operator sees, measured by ` + "`internal/proxybench`" + `: the gateway (a
+const proxyIntro = `What an operator sees, measured by ` + "`internal/tools/proxybench`" + `: the gateway (a
 small Go server answering four server-sent events at once), lanes-exporter, HAProxy
 (Debian's, as the same lane: one server with ` + "`maxconn`" + ` the lane's limit, ` + "`timeout queue`" + `
 300 s, ` + "`abortonclose`" + `, priority classes from X-LLM-Priority) and the load generator each
@@ -156,7 +156,7 @@ HAProxy's), for the reasons given below.
   collection shrank it.
 
 Reproduce: build lanes-exporter with net/http/pprof imported, start
-` + "`go run ./internal/proxybench -role upstream -listen 127.0.0.1:4472`" + ` and the exporter in
+` + "`go run ./internal/tools/proxybench -role upstream -listen 127.0.0.1:4472`" + ` and the exporter in
 front of it, drive it with ` + "`proxybench -role load -url http://…/proxy/gw/chat/completions -n 12000`" + `
 and take ` + "`/debug/pprof/profile`" + ` (or ` + "`strace -c -f -p PID`" + `) meanwhile; for memory,
 ` + "`proxybench -role load -mode queue -n 5000 -h2`" + ` against a lane of 1.

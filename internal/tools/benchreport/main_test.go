@@ -36,7 +36,7 @@ func TestReportDatedByTheRun(t *testing.T) {
 	res, info := parse(strings.NewReader(measuredOn + "2026-11-30\n" + sample))
 	var b bytes.Buffer
 	report(&b, res, info, "go test", nil)
-	if !strings.Contains(b.String(), "`go run ./internal/benchreport`) on 2026-11-30, ") {
+	if !strings.Contains(b.String(), "`go run ./internal/tools/benchreport`) on 2026-11-30, ") {
 		t.Errorf("not dated by the run:\n%.300s", b.String())
 	}
 	_, info = parse(strings.NewReader(sample))

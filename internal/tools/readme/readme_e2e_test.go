@@ -280,7 +280,7 @@ func TestReadmeCommands(t *testing.T) {
 	for _, c := range commands(t) {
 		check, ok := checks[c]
 		if !ok {
-			t.Errorf("README command %q has no check in internal/readme: add one", c)
+			t.Errorf("README command %q has no check in internal/tools/readme: add one", c)
 			continue
 		}
 		ran[c] = true

@@ -14,13 +14,23 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
+// TB is what the helpers need of a test: *testing.T and *testing.B have
+// it. The package does not import testing, so that a program (the replay)
+// can run a server with Launch.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
 // Server is one redis-server on loopback.
 type Server struct {
-	t    testing.TB
+	t    TB
 	Port int
 	dir  string
 	args []string
@@ -36,7 +46,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr() }
 // Start runs a redis-server with no persistence on a free port, stopped
 // when the test ends. extra are more config directives ("cluster-enabled
 // yes").
-func Start(t testing.TB, extra ...string) *Server {
+func Start(t TB, extra ...string) *Server {
 	t.Helper()
 	s, err := Launch(t.TempDir(), extra...)
 	if err != nil {
@@ -222,7 +232,7 @@ func (c *Cluster) URL() string {
 
 // StartCluster runs n masters and joins them into a cluster with
 // redis-cli --cluster create.
-func StartCluster(t testing.TB, n int) *Cluster {
+func StartCluster(t TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{}
 	var addrs []string
@@ -265,7 +275,7 @@ type Proxy struct {
 
 // NewProxy listens on a free loopback port and forwards to target; it
 // stops when the test ends.
-func NewProxy(t testing.TB, target string) *Proxy {
+func NewProxy(t TB, target string) *Proxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

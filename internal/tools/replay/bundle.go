@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmlanes/llmlanes/internal/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 )
 
 // Bundle is every replay the report shows.
@@ -147,7 +147,7 @@ func (b Bundle) Markdown(w io.Writer) {
 	Incident().Parameters(w)
 	p("\n## The incident\n\n")
 	Table(w, b.Incident)
-	p("\nThe headline's goals, with the ADR's settings (checked by `internal/replay`'s tests):\n\n")
+	p("\nThe headline's goals, with the ADR's settings (checked by `internal/tools/replay`'s tests):\n\n")
 	for _, g := range Goals(b.Incident[0], b.Incident[1]) {
 		mark := "met"
 		if !g.Met {

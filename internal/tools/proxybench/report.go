@@ -103,7 +103,7 @@ func newReport(p params, s samples) *report {
 		"*Go floor*: the least a Go proxy on net/http does for the same lane, measured in the same rounds: a bare "+
 		"`httputil.ReverseProxy` (its Transport set as lanes-exporter's) behind a channel semaphore, first come first served, "+
 		"HTTP/1.1 and HTTP/2 cleartext, no priorities (so no priority figure), no body checks, statistics or telemetry "+
-		"(`internal/proxybench/floor.go`). What it costs beside HAProxy is net/http's; what lanes-exporter costs beside it "+
+		"(`internal/tools/proxybench/floor.go`). What it costs beside HAProxy is net/http's; what lanes-exporter costs beside it "+
 		"is llmlanes'.\n\n",
 		p.Rounds, p.Calls, p.Warm, p.LatencyLimit, p.ThroughputCallers, p.ThroughputLimit, p.ThroughputMs, p.ThroughputSeconds,
 		p.PriorityLimit, p.PriorityMs, p.PriorityBacklog, p.Queued, p.QueueRounds)
