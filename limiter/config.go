@@ -72,30 +72,49 @@ func DefaultConfig() Config {
 	return Config{QueueTimeout: DefaultQueueTimeout, InteractiveReserve: 1, MaxLanes: DefaultMaxLanes, LaneIdleTTL: DefaultLaneIdleTTL}
 }
 
-// Validate reports every setting that is out of range.
+// A SettingError is one setting of a Config out of range. Validate
+// returns them joined (errors.Join); errors.As finds the first.
+type SettingError struct {
+	// Setting names it as configuration files do: "max_inflight",
+	// "queue_timeout", "adaptive.min_inflight".
+	Setting string
+	// Problem says what is wrong and what is wanted: "is -1: want 0 (off)
+	// or more".
+	Problem string
+}
+
+func (e *SettingError) Error() string { return "limiter: " + e.Setting + " " + e.Problem }
+
+// Validate reports every setting that is out of range, each a
+// *SettingError.
 func (c Config) Validate() error {
 	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...)})
+	}
 	if c.MaxInflight < 0 {
-		errs = append(errs, fmt.Errorf("limiter: max_inflight is %d: want 0 (off) or more", c.MaxInflight))
+		bad("max_inflight", "is %d: want 0 (off) or more", c.MaxInflight)
 	}
 	if c.QueueTimeout < 0 {
-		errs = append(errs, fmt.Errorf("limiter: queue_timeout is %s: want 0 (the default, %s) or more", c.QueueTimeout, DefaultQueueTimeout))
+		bad("queue_timeout", "is %s: want 0 (the default, %s) or more", c.QueueTimeout, DefaultQueueTimeout)
 	}
 	if c.InteractiveReserve < 0 {
-		errs = append(errs, fmt.Errorf("limiter: interactive_reserve is %d: want 0 or more", c.InteractiveReserve))
+		bad("interactive_reserve", "is %d: want 0 or more", c.InteractiveReserve)
 	}
 	if c.MaxLanes < 0 {
-		errs = append(errs, fmt.Errorf("limiter: max_lanes is %d: want 0 (no bound) or more", c.MaxLanes))
+		bad("max_lanes", "is %d: want 0 (no bound) or more", c.MaxLanes)
 	}
 	if c.LaneIdleTTL < 0 {
-		errs = append(errs, fmt.Errorf("limiter: lane_idle_ttl is %s: want 0 (keep lanes) or more", c.LaneIdleTTL))
+		bad("lane_idle_ttl", "is %s: want 0 (keep lanes) or more", c.LaneIdleTTL)
 	}
+	// An adaptive limit with MaxInflight 0 is allowed: the limiter is off,
+	// and the settings apply once a reload turns it back on.
 	if a := c.Adaptive; a != nil {
 		if a.MinInflight < 1 || (c.MaxInflight > 0 && a.MinInflight > c.MaxInflight) {
-			errs = append(errs, fmt.Errorf("limiter: adaptive.min_inflight is %d: want 1 to max_inflight (%d)", a.MinInflight, c.MaxInflight))
+			bad("adaptive.min_inflight", "is %d: want 1 to max_inflight (%d), the ceiling", a.MinInflight, c.MaxInflight)
 		}
-		if a.Initial != 0 && (a.Initial < a.MinInflight || a.Initial > c.MaxInflight) {
-			errs = append(errs, fmt.Errorf("limiter: adaptive.initial is %d: want 0 (min_inflight) or min_inflight to max_inflight", a.Initial))
+		if a.Initial != 0 && (a.Initial < a.MinInflight || (c.MaxInflight > 0 && a.Initial > c.MaxInflight)) {
+			bad("adaptive.initial", "is %d: want 0 (min_inflight) or min_inflight to max_inflight", a.Initial)
 		}
 	}
 	return errors.Join(errs...)

@@ -272,22 +272,16 @@ func (c *Config) check() error {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if c.Limiter.MaxInflight < 0 {
-		return keyErr("limiter.max_inflight", "is %d: want 0 (off) or more", c.Limiter.MaxInflight)
+	if err := c.checkBounds(); err != nil {
+		return err
 	}
-	if c.Limiter.QueueTimeout < 0 {
-		return keyErr("limiter.queue_timeout", "is %s: want more than 0", time.Duration(c.Limiter.QueueTimeout))
-	}
-	if r := c.Limiter.InteractiveReserve; r != nil && *r < 0 {
-		return keyErr("limiter.interactive_reserve", "is %d: want 0 or more", *r)
-	}
-	if a := c.Limiter.Adaptive; a != nil {
-		if a.MinInflight < 1 || a.MinInflight > c.Limiter.MaxInflight {
-			return keyErr("limiter.adaptive.min_inflight", "is %d: want 1 to max_inflight (%d), the ceiling", a.MinInflight, c.Limiter.MaxInflight)
-		}
-		if a.Initial != 0 && (a.Initial < a.MinInflight || a.Initial > c.Limiter.MaxInflight) {
-			return keyErr("limiter.adaptive.initial", "is %d: want 0 (min_inflight) or min_inflight to max_inflight", a.Initial)
-		}
+	// The limiter section is the limiter's to judge: one rule, in
+	// limiter.Config.Validate, named here by its key in this file.
+	// (checkBounds has judged the limits section, whose 0 means a default
+	// here, not what it means to the library.)
+	var se *limiter.SettingError
+	if err := c.limiterConfig().Validate(); errors.As(err, &se) {
+		return keyErr("limiter."+se.Setting, "%s", se.Problem)
 	}
 	if len(c.Upstreams) == 0 {
 		return keyErr("upstreams", "none configured: the proxy needs at least one {name, base_url}")
@@ -325,9 +319,6 @@ func (c *Config) check() error {
 	if err := telemetry.ValidatePrefix(c.Metrics.Prefix); err != nil {
 		return keyErr("metrics.prefix", "%v", err)
 	}
-	if err := c.checkBounds(); err != nil {
-		return err
-	}
 	if err := c.thresholds().Validate(); err != nil {
 		return keyErr("classification", "%v", err)
 	}
@@ -361,7 +352,7 @@ func (c *Config) limiterConfig() limiter.Config {
 	lc := limiter.DefaultConfig()
 	lc.MaxInflight = c.Limiter.MaxInflight
 	lc.MaxLanes, lc.LaneIdleTTL = c.Limits.MaxLanes, time.Duration(c.Limits.LaneIdleTTL)
-	if c.Limiter.QueueTimeout > 0 {
+	if c.Limiter.QueueTimeout != 0 { // 0: the default; a negative one is Validate's to refuse
 		lc.QueueTimeout = time.Duration(c.Limiter.QueueTimeout)
 	}
 	if c.Limiter.InteractiveReserve != nil {

@@ -2,9 +2,12 @@ package exporter
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
 )
 
 func TestConfigDefaultsAndDurations(t *testing.T) {
@@ -102,4 +105,46 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted an unusable config: %+v", c)
 		}
 	})
+}
+
+// The limiter section has one rule, the library's: for every combination
+// of its settings, the file is refused exactly when limiter.Config.Validate
+// refuses the settings, with the same words, under the file's key.
+func TestLimiterSectionIsTheLimitersRule(t *testing.T) {
+	up := "upstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n"
+	timeouts := []struct {
+		yaml string
+		d    time.Duration
+	}{{"-5s", -5 * time.Second}, {"0", 0}, {"30s", 30 * time.Second}}
+	adaptives := []*limiter.Adaptive{nil, {MinInflight: 0}, {MinInflight: 2}, {MinInflight: 5}, {MinInflight: 2, Initial: 9}}
+	for _, max := range []int{-1, 0, 4} {
+		for _, timeout := range timeouts {
+			for _, reserve := range []int{-1, 0, 2} {
+				for _, a := range adaptives {
+					yaml := fmt.Sprintf("limiter: {max_inflight: %d, queue_timeout: %s, interactive_reserve: %d", max, timeout.yaml, reserve)
+					if a != nil {
+						yaml += fmt.Sprintf(", adaptive: {min_inflight: %d, initial: %d}", a.MinInflight, a.Initial)
+					}
+					yaml += "}\n" + up
+					lc := limiter.DefaultConfig()
+					lc.MaxInflight, lc.QueueTimeout, lc.InteractiveReserve, lc.Adaptive = max, timeout.d, reserve, a
+					if timeout.d == 0 {
+						lc.QueueTimeout = limiter.DefaultQueueTimeout // the file's 0: the default
+					}
+					want := lc.Validate()
+					_, got := ParseConfig("f.yaml", []byte(yaml))
+					var se *limiter.SettingError
+					var ce *ConfigError
+					switch {
+					case want == nil && got != nil:
+						t.Errorf("%s: refused (%v), the limiter accepts it", yaml, got)
+					case want != nil && got == nil:
+						t.Errorf("%s: accepted, the limiter refuses it (%v)", yaml, want)
+					case want != nil && (!errors.As(want, &se) || !errors.As(got, &ce) || ce.Key != "limiter."+se.Setting || ce.Err.Error() != se.Problem):
+						t.Errorf("%s: %v, want the limiter's %v under limiter.%s", yaml, got, want, se.Setting)
+					}
+				}
+			}
+		}
+	}
 }

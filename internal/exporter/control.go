@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )
 
 // serveReload reloads the configuration file: only when the process was
@@ -17,20 +19,20 @@ func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "POST /-/reload reloads the configuration file")
+		writeError(w, http.StatusMethodNotAllowed, lanehttp.MethodNotAllowedCode, "POST /-/reload reloads the configuration file")
 		return
 	case !s.lifecycle:
-		writeError(w, http.StatusForbidden, "lifecycle_disabled", "reloading over HTTP is off: start lanes-exporter with --web.enable-lifecycle, or send it SIGHUP")
+		writeError(w, http.StatusForbidden, lanehttp.LifecycleDisabledCode, "reloading over HTTP is off: start lanes-exporter with --web.enable-lifecycle, or send it SIGHUP")
 		return
 	case r.Header.Get("Origin") != "":
-		writeError(w, http.StatusForbidden, "cross_origin", "reload requests from web pages (with an Origin header) are refused")
+		writeError(w, http.StatusForbidden, lanehttp.CrossOriginCode, "reload requests from web pages (with an Origin header) are refused")
 		return
 	case simpleContentType(r.Header.Get("Content-Type")):
-		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send no body, or Content-Type: application/json")
+		writeError(w, http.StatusUnsupportedMediaType, lanehttp.UnsupportedMediaTypeCode, "send no body, or Content-Type: application/json")
 		return
 	}
 	if err := s.Reload(); err != nil {
-		writeError(w, http.StatusBadRequest, "reload_refused", err.Error())
+		writeError(w, http.StatusBadRequest, lanehttp.ReloadRefusedCode, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

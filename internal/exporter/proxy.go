@@ -2,7 +2,6 @@ package exporter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,11 +110,11 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("upstream")
 	u := (*s.ups.Load())[name]
 	if u == nil {
-		writeError(w, http.StatusNotFound, "unknown_upstream", fmt.Sprintf("no upstream named %q is configured", name))
+		writeError(w, http.StatusNotFound, lanehttp.UnknownUpstreamCode, fmt.Sprintf("no upstream named %q is configured", name))
 		return
 	}
 	if rest := r.PathValue("rest"); hasDotSegment(rest) {
-		writeError(w, http.StatusBadRequest, "invalid_path", "the path may not contain . or .. segments")
+		writeError(w, http.StatusBadRequest, lanehttp.InvalidPathCode, "the path may not contain . or .. segments")
 		return
 	}
 	// The caller's trace (traceparent) becomes the parent of the call's
@@ -125,7 +123,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get(PriorityHeader); v != "" {
 		p, err := limiter.ParsePriority(v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_priority", fmt.Sprintf("%s: %v", PriorityHeader, err))
+			writeError(w, http.StatusBadRequest, lanehttp.InvalidPriorityCode, fmt.Sprintf("%s: %v", PriorityHeader, err))
 			return
 		}
 		ctx = limiter.WithPriority(ctx, p)
@@ -174,7 +172,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, u *upstream, cfg *Config) (body []byte, release func(), ok bool) {
 	limit := cfg.Proxy.MaxBodyBytes
 	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the body declares %d bytes; proxy.max_body_bytes is %d", r.ContentLength, limit))
+		writeError(w, http.StatusRequestEntityTooLarge, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body declares %d bytes; proxy.max_body_bytes is %d", r.ContentLength, limit))
 		return nil, nil, false
 	}
 	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(cfg.Proxy.BodyReadTimeout)))
@@ -184,24 +182,24 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		release()
-		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the body is over proxy.max_body_bytes (%d)", limit))
+		writeError(w, http.StatusRequestEntityTooLarge, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body is over proxy.max_body_bytes (%d)", limit))
 		return nil, nil, false
 	case errors.Is(err, errQueuedBytes):
 		release()
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "queued_bytes_limit", fmt.Sprintf(
+		writeError(w, http.StatusServiceUnavailable, lanehttp.QueuedBytesLimitCode, fmt.Sprintf(
 			"the bodies of the calls in progress take limits.max_queued_bytes (%d) already; send the call again shortly", cfg.Limits.MaxQueuedBytes))
 		return nil, nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		release()
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestTimeout, "body_read_timeout", fmt.Sprintf(
+		writeError(w, http.StatusRequestTimeout, lanehttp.BodyReadTimeoutCode, fmt.Sprintf(
 			"the request body did not arrive within proxy.body_read_timeout (%s)", time.Duration(cfg.Proxy.BodyReadTimeout)))
 		return nil, nil, false
 	case err != nil:
 		release()
 		if r.Context().Err() == nil {
-			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read: "+withoutURL(err).Error())
+			writeError(w, http.StatusBadRequest, lanehttp.InvalidBodyCode, "the request body could not be read: "+withoutURL(err).Error())
 		}
 		return nil, nil, false
 	}
@@ -211,13 +209,13 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 	}
 	if err != nil {
 		release()
-		status, code := http.StatusBadRequest, "invalid_json"
+		status, code := http.StatusBadRequest, lanehttp.InvalidJSONCode
 		var me *modelError
 		switch {
 		case errors.As(err, &me):
 			status, code = me.status, me.code
 		case errors.Is(err, lanehttp.ErrNoModel):
-			code = "missing_model"
+			code = lanehttp.MissingModelCode
 		}
 		writeError(w, status, code, err.Error())
 		return nil, nil, false
@@ -293,11 +291,11 @@ func (e *modelError) Error() string { return e.msg }
 // upstream's allow-list.
 func checkModel(m string, allowed []string, maxBytes int) error {
 	if len(m) > maxBytes {
-		return &modelError{http.StatusBadRequest, "model_too_long", fmt.Sprintf("the model id is %d bytes; limits.max_model_bytes is %d", len(m), maxBytes)}
+		return &modelError{http.StatusBadRequest, lanehttp.ModelTooLongCode, fmt.Sprintf("the model id is %d bytes; limits.max_model_bytes is %d", len(m), maxBytes)}
 	}
 	for i := 0; i < len(m); i++ {
 		if !modelByte(m[i]) {
-			return &modelError{http.StatusBadRequest, "invalid_model",
+			return &modelError{http.StatusBadRequest, lanehttp.InvalidModelCode,
 				fmt.Sprintf("the model id has a character (byte %d) outside letters, digits and . _ - / : @ + = , ~", i)}
 		}
 	}
@@ -309,7 +307,7 @@ func checkModel(m string, allowed []string, maxBytes int) error {
 			return nil
 		}
 	}
-	return &modelError{http.StatusForbidden, "model_not_allowed", fmt.Sprintf("model %q is not in this upstream's models list", m)}
+	return &modelError{http.StatusForbidden, lanehttp.ModelNotAllowedCode, fmt.Sprintf("model %q is not in this upstream's models list", m)}
 }
 
 func modelByte(c byte) bool {
@@ -360,18 +358,18 @@ func (s *Server) proxyError(u *upstream) func(http.ResponseWriter, *http.Request
 		var se *lanehttp.StallError
 		switch {
 		case bodyFailed(r): // before the context: a client that half-closes looks gone, and waits for this
-			writeError(w, http.StatusBadRequest, "invalid_body", "the request body could not be read: it was malformed or cut short")
+			writeError(w, http.StatusBadRequest, lanehttp.InvalidBodyCode, "the request body could not be read: it was malformed or cut short")
 		case r.Context().Err() != nil:
 			return // the client is gone; its slot is already free
 		case errors.As(err, &se):
 			named := *se
 			named.Lane = u.name(se.Lane)
 			s.log.Warn("upstream stalled", "upstream", u.cfg.Name, "lane", named.Lane, "phase", se.Phase, "after", se.After)
-			writeError(w, http.StatusGatewayTimeout, "upstream_stall", named.Error())
+			writeError(w, http.StatusGatewayTimeout, lanehttp.UpstreamStallCode, named.Error())
 		default:
 			err = withoutURL(err)
 			s.log.Warn("upstream unreachable", "upstream", u.cfg.Name, "err", err.Error())
-			writeError(w, http.StatusBadGateway, "upstream_unreachable", fmt.Sprintf("upstream %q: %v", u.cfg.Name, err))
+			writeError(w, http.StatusBadGateway, lanehttp.UpstreamUnreachableCode, fmt.Sprintf("upstream %q: %v", u.cfg.Name, err))
 		}
 	}
 }
@@ -404,17 +402,9 @@ func withoutURL(err error) error {
 	return err
 }
 
-// writeError answers with an OpenAI-style JSON error.
+// writeError answers with an OpenAI-style JSON error (lanehttp.WriteError).
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	b, _ := json.Marshal(lanehttp.ErrorBody{Error: lanehttp.ErrorDetail{Message: msg, Type: typ, Code: code}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	lanehttp.WriteError(w, status, lanehttp.NewError(status, code, msg))
 }
 
 // writeShuttingDown answers a call that arrives once shutdown has begun:

@@ -13,23 +13,6 @@ import (
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
-// Codes of the JSON errors of synthesized responses to calls that got no
-// slot.
-const (
-	// QueueTimeoutCode: the call waited the whole queue timeout (503,
-	// x-should-retry: false, Retry-After).
-	QueueTimeoutCode = "lane_queue_timeout"
-	// LaneLimitCode: the call's lane does not exist and max_lanes lanes do
-	// (503, x-should-retry: false).
-	LaneLimitCode = "lane_limit_reached"
-	// ShuttingDownCode: the process is shutting down (503, retryable, to
-	// another instance).
-	ShuttingDownCode = "lane_shutting_down"
-	// LaneUnavailableCode: the lane is shared and its store is unreachable,
-	// with the backend set to refuse calls then (503, retryable).
-	LaneUnavailableCode = "lane_unavailable"
-)
-
 // ErrorBody is the OpenAI-style JSON error of a synthesized response:
 // {"error": {"message", "type", "code", "param", ...}}. The lane fields are
 // set for a queue timeout only.
@@ -52,6 +35,35 @@ type ErrorDetail struct {
 	MaxInflight   int      `json:"max_inflight,omitempty"`
 	QueueTimeoutS *float64 `json:"queue_timeout_s,omitempty"`
 	RetryAfterS   *float64 `json:"retry_after_s,omitempty"`
+}
+
+// NewError returns the OpenAI-style error body of an answer with status
+// and code (one of the codes of this package): type "invalid_request_error"
+// below 500, "server_error" from 500 on.
+func NewError(status int, code, msg string) ErrorBody {
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	return ErrorBody{ErrorDetail{Message: msg, Type: typ, Code: code}}
+}
+
+// WriteError answers w with status and the error body b, as JSON. It is
+// the one writer of the error bodies that lanes-exporter sends; a
+// Transport's synthesized responses (NewErrorResponse) carry the same
+// bytes.
+func WriteError(w http.ResponseWriter, status int, b ErrorBody) {
+	body := b.encode()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// encode is the body's JSON, with a final newline.
+func (b ErrorBody) encode() []byte {
+	j, _ := json.Marshal(b)
+	return append(j, '\n')
 }
 
 // QueueTimeoutBody returns the JSON error that answers a queue timeout.
@@ -81,7 +93,7 @@ func round1(v float64) float64 { return math.Round(v*10) / 10 }
 // status and JSON error, marked x-should-retry: false so that the official
 // SDKs do not retry it.
 func NewErrorResponse(req *http.Request, status int, body ErrorBody) *http.Response {
-	b, _ := json.Marshal(body)
+	b := body.encode()
 	h := make(http.Header, 4)
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Should-Retry", "false")
@@ -101,14 +113,14 @@ func NewErrorResponse(req *http.Request, status int, body ErrorBody) *http.Respo
 
 // requestErrorBody returns the status and JSON error for a refused request.
 func requestErrorBody(e *RequestError) (int, ErrorBody) {
-	status, code := http.StatusBadRequest, "invalid_json"
+	status, code := http.StatusBadRequest, InvalidJSONCode
 	switch {
 	case errors.Is(e.Err, ErrBodyTooLarge):
-		status, code = http.StatusRequestEntityTooLarge, "request_too_large"
+		status, code = http.StatusRequestEntityTooLarge, RequestTooLargeCode
 	case errors.Is(e.Err, ErrNoModel):
-		code = "missing_model"
+		code = MissingModelCode
 	}
-	return status, ErrorBody{ErrorDetail{Message: e.Error(), Type: "invalid_request_error", Code: code}}
+	return status, NewError(status, code, e.Error())
 }
 
 // QueueTimeoutFrom returns the queue timeout that a response synthesized by

@@ -283,19 +283,22 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 	case errors.As(err, &le):
 		named := *le
 		named.Lane = name
-		return NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
-			Message: named.Error(), Type: "server_error", Code: LaneLimitCode, Lane: name}})
+		b := NewError(http.StatusServiceUnavailable, LaneLimitCode, named.Error())
+		b.Error.Lane = name
+		return NewErrorResponse(req, http.StatusServiceUnavailable, b)
 	case errors.Is(err, limiter.ErrLaneUnavailable):
-		res := NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
-			Message: fmt.Sprintf("lane %q: the shared lane's store (Redis) is unreachable and this process refuses calls until it is back; send the call again later", name),
-			Type:    "server_error", Code: LaneUnavailableCode, Lane: name}})
+		b := NewError(http.StatusServiceUnavailable, LaneUnavailableCode,
+			fmt.Sprintf("lane %q: the shared lane's store (Redis) is unreachable and this process refuses calls until it is back; send the call again later", name))
+		b.Error.Lane = name
+		res := NewErrorResponse(req, http.StatusServiceUnavailable, b)
 		res.Header.Del("X-Should-Retry") // retryable
 		res.Header.Set("Retry-After", "5")
 		return res
 	case errors.Is(err, limiter.ErrShuttingDown):
-		res := NewErrorResponse(req, http.StatusServiceUnavailable, ErrorBody{ErrorDetail{
-			Message: fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name),
-			Type:    "server_error", Code: ShuttingDownCode, Lane: name}})
+		b := NewError(http.StatusServiceUnavailable, ShuttingDownCode,
+			fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name))
+		b.Error.Lane = name
+		res := NewErrorResponse(req, http.StatusServiceUnavailable, b)
 		res.Header.Del("X-Should-Retry") // retryable, elsewhere
 		res.Header.Set("Connection", "close")
 		res.Close = true
