@@ -123,7 +123,11 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	}
 	ln.waiting[p.Index()]++
 	ln.touchLocked(start)
-	cfg = ln.effLocked(l.cfg.Load()) // an adaptive limit is this process's (see Adaptive)
+	ln.adaptLocked(l.cfg.Load())
+	// An adaptive limit is this process's (see Adaptive). A copy: the
+	// call goes on with it once the lane's lock is let go.
+	eff := *ln.effLocked(l.cfg.Load())
+	cfg = &eff
 	ln.mu.Unlock()
 	place := 0
 	// Shutdown ends the backend's wait too.
@@ -153,15 +157,15 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 		h.lease = lease
 		s = Slot{h: h, gen: h.gen, lost: lease.Lost()}
 		if place == 0 {
-			ln.stats.advance(now)
-			ln.stats.recordZero()
+			ln.stats.Advance(now)
+			ln.stats.Zero()
 		} else {
-			ln.stats.recordWait(now, waited)
-			ln.stats.recordQueuedGrant()
+			ln.stats.Wait(now, waited)
+			ln.stats.QueuedGrant()
 		}
 		e.Kind = Acquired
 	case errors.Is(err, ErrQueueTimeout):
-		ln.stats.recordTimeout(now, waited)
+		ln.stats.Timeout(now, waited)
 		qe := &QueueTimeoutError{Lane: key, Priority: p, Waited: waited, Position: place, Queued: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
 		ahead := 0
 		var st *BackendQueueTimeout

@@ -3,6 +3,8 @@ package limiter
 import (
 	"math"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
 // ETA estimates, for each class, how long a call of that class arriving now
@@ -19,41 +21,43 @@ type ETA struct {
 // large, finite figure.
 const maxETA = 24 * time.Hour
 
-// etaLocked estimates the wait of a newcomer of each class at now.
+// etaLocked estimates the wait of a newcomer of each class at now, from
+// the statistics as they stand then (v). It changes nothing.
 //
 // A newcomer that would be granted at once waits 0. Otherwise it waits for
 // the calls served before it (the waiters whose effective class, aging
 // included, is as high or higher: they rank first or arrived earlier) and
 // then for one more slot to free: (ahead+1) / rate, where rate is the
-// lane's service rate for the slots the class may use (window.serviceRate).
-func (l *lane) etaLocked(cfg *Config, now time.Time) *ETA {
+// lane's service rate for the slots the class may use (View.ServiceRate).
+func (l *lane) etaLocked(cfg *Config, now time.Time, v *stats.View) *ETA {
 	ahead := l.q.aheadOf(now)
 	var e ETA
 	for _, p := range []Priority{Interactive, Default, Bulk} {
-		var v *Seconds
+		var est *Seconds
 		if l.fitsLocked(cfg, p) {
 			z := Seconds(0)
-			v = &z
-		} else if d, ok := l.waitFor(cfg, p, ahead[p.Index()]); ok {
+			est = &z
+		} else if d, ok := waitFor(v, l.busyNowLocked(now), cfg, p, ahead[p.Index()]); ok {
 			s := max(0.1, seconds(d.Seconds())) // 0 only for a call granted at once
-			v = &s
+			est = &s
 		}
 		switch p {
 		case Interactive:
-			e.Interactive = v
+			e.Interactive = est
 		case Default:
-			e.Default = v
+			e.Default = est
 		default:
-			e.Bulk = v
+			e.Bulk = est
 		}
 	}
 	return &e
 }
 
 // waitFor estimates the wait of a call of class p with n calls ahead of it
-// and no slot it may take free now.
-func (l *lane) waitFor(cfg *Config, p Priority, n int) (time.Duration, bool) {
-	rate, ok := l.stats.serviceRate(max(1, capFor(cfg, p)))
+// and no slot it may take free now, from the statistics v and the busy time
+// they do not hold yet.
+func waitFor(v *stats.View, busyNow time.Duration, cfg *Config, p Priority, n int) (time.Duration, bool) {
+	rate, ok := v.ServiceRate(max(1, capFor(cfg, p)), busyNow)
 	if !ok {
 		return 0, false
 	}
@@ -70,8 +74,8 @@ func (l *lane) waitFor(cfg *Config, p Priority, n int) (time.Duration, bool) {
 // whole seconds, at least 1 s; the queue timeout when there is no
 // estimate.
 func (l *lane) retryAfterLocked(cfg *Config, p Priority, now time.Time, ahead int) time.Duration {
-	l.stats.advance(now)
-	d, ok := l.waitFor(cfg, p, ahead)
+	v := l.stats.At(now)
+	d, ok := waitFor(&v, l.busyNowLocked(now), cfg, p, ahead)
 	if !ok {
 		d = cfg.queueTimeout()
 	}

@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
 // Outcome is how one exchange with the upstream gateway ended. Transports
@@ -126,14 +128,45 @@ func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 		return
 	}
 	now := l.clock.Now()
-	ln.stats.recordExchange(now, x)
+	ln.stats.Exchange(now, int(x.Outcome), x.Retry, x.Duration, x.Outcome.IsUpstreamError())
 	ln.touchLocked(now)
 	if cfg := l.cfg.Load(); cfg.Adaptive != nil && x.Outcome.IsUpstreamError() {
-		ln.effLocked(cfg)
-		ln.adapt.loss(now, x.Sent, x.Outcome, x.RetryAfter)
+		ln.adaptLocked(cfg)
+		before := ln.adapt.Limit()
+		ln.adapt.Loss(now, x.Sent, x.Outcome.String(), x.RetryAfter)
+		ln.droppedLocked(before)
 	}
 	ln.mu.Unlock()
 	if len(l.observers) > 0 {
 		l.emit(ctx, Event{Kind: Exchanged, Lane: key, Priority: PriorityFrom(ctx), Exchange: x})
 	}
+}
+
+// The statistics count outcomes by index, one for each: numOutcomes is
+// stats.Outcomes, or this does not compile (a negative difference overflows
+// the Outcome, a positive one the negation).
+const _ = -uint(numOutcomes - stats.Outcomes)
+
+// upstreamCounts returns the exchanges of the window v, or nil if none.
+func upstreamCounts(v *stats.View) *UpstreamCounts {
+	u := v.Upstream()
+	if u.Retries == 0 && u.Outcomes == ([numOutcomes]uint32{}) {
+		return nil
+	}
+	c := &UpstreamCounts{
+		OK:              int(u.Outcomes[OutcomeOK]),
+		ClientErrors:    int(u.Outcomes[OutcomeClientError]),
+		RateLimited:     int(u.Outcomes[OutcomeRateLimited]),
+		ServerErrors:    int(u.Outcomes[OutcomeServerError]),
+		TransportErrors: int(u.Outcomes[OutcomeTransportError]),
+		Stalls:          int(u.Outcomes[OutcomeStall]),
+		Canceled:        int(u.Outcomes[OutcomeCanceled]),
+		ClientStalls:    int(u.Outcomes[OutcomeClientStall]),
+		Retries:         int(u.Retries),
+	}
+	if age, ok := v.LastErrorAge(); ok {
+		s := seconds(age.Seconds())
+		c.LastErrorAge = &s
+	}
+	return c
 }

@@ -17,7 +17,7 @@ func BenchmarkGrant(b *testing.B) {
 		b.Run(fmt.Sprintf("waiters-%d", n), func(b *testing.B) {
 			start := time.Unix(0, 0)
 			lim, _ := New(Config{MaxInflight: 1, InteractiveReserve: 0}, WithClock(frozen{start}))
-			l := newLane(lim, "lane")
+			l := newLane(lim, "lane", lim.cfg.Load())
 			rng := rand.New(rand.NewPCG(1, 2))
 			now := start.Add(time.Hour)
 			// Arrivals come in order, as they do, except that one in ten is

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/adaptive"
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
 // lane is the slots and queue of one (endpoint, model).
@@ -38,11 +41,16 @@ type lane struct {
 	timeout  time.Duration // the queue timeout of the waiters, while uniform
 	mixed    bool          // waiters queued under different timeouts
 	// adapt is the adaptive limit, with Config.Adaptive; nil otherwise.
-	adapt  *controller
-	seq    uint64
-	since  time.Time // when the queue last became non-empty: saturation
-	busyAt time.Time // while the queue is non-empty: busy time counted up to here
-	stats  window
+	// drainFrom is the limit before it last dropped, while the calls that
+	// the drop left above it drain (see Adaptive); eff is effLocked's
+	// result, kept here so that deciding allocates nothing.
+	adapt     *adaptive.Controller
+	drainFrom int
+	eff       Config
+	seq       uint64
+	since     time.Time // when the queue last became non-empty: saturation
+	busyAt    time.Time // while the queue is non-empty: busy time counted up to here
+	stats     stats.Window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
@@ -50,12 +58,11 @@ type lane struct {
 	// evicted is set when the lane is forgotten; a call that found it just
 	// before looks it up again.
 	evicted bool
-	// fresh is true while stats.cur is known to be the current step, so an
-	// immediate grant can count itself there without reading the clock. A
-	// timer on the limiter's clock clears it at the step's end. It pays for
-	// itself: time.Now costs more than the rest of the fast path on the VMs
-	// this runs on (an uncontended acquire and release: 41 ns with it, 101 ns
-	// reading the clock each time; x/sync/semaphore: 29 ns).
+	// fresh is true while the statistics' current step is known to be the
+	// current step, so an immediate grant can count itself there without
+	// reading the clock. A timer on the limiter's clock clears it at the
+	// step's end. It pays for itself: reading the clock costs more than the
+	// rest of the fast path (docs/BENCHMARKS.md has the figures).
 	fresh bool
 }
 
@@ -70,14 +77,15 @@ type hold struct {
 	lease Lease    // the Backend's slot, with a backend
 }
 
-func newLane(lim *Limiter, key string) *lane {
-	l := &lane{lim: lim, key: key, stats: window{origin: lim.origin}}
+func newLane(lim *Limiter, key string, cfg *Config) *lane {
+	l := &lane{lim: lim, key: key, stats: stats.New(lim.origin)}
 	l.touchLocked(lim.clock.Now())
+	l.adaptLocked(cfg)
 	return l
 }
 
 // touchLocked notes activity at now.
-func (l *lane) touchLocked(now time.Time) { l.touched = max(l.touched, l.stats.stepOf(now)) }
+func (l *lane) touchLocked(now time.Time) { l.touched = max(l.touched, l.stats.StepOf(now)) }
 
 // idleLocked reports whether the lane has had nothing in flight, nothing
 // queued and no activity for ttl at now. Activity is known to the step
@@ -86,8 +94,7 @@ func (l *lane) idleLocked(now time.Time, ttl time.Duration) bool {
 	if l.inflight > 0 || l.q.n > 0 || l.waiting != [3]int{} {
 		return false
 	}
-	last := l.stats.origin.Add(time.Duration(l.touched+1) * windowStep)
-	return now.Sub(last) >= ttl
+	return now.Sub(l.stats.StepEnd(l.touched)) >= ttl
 }
 
 // refuseAllLocked ends every wait with ErrShuttingDown.
@@ -118,7 +125,7 @@ func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 	if cfg.MaxInflight == 0 {
 		return true
 	}
-	if p == Interactive && l.adapt != nil && l.drainReserveLocked(cfg) {
+	if p == Interactive && l.drainReserveLocked(cfg) {
 		return true
 	}
 	if l.inflight >= cfg.MaxInflight {
@@ -136,7 +143,7 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 	if cfg.MaxInflight == 0 {
 		return l.q.best(now)
 	}
-	if l.adapt != nil && l.drainReserveLocked(cfg) {
+	if l.drainReserveLocked(cfg) {
 		if w := l.q.classes[Interactive.Index()].head(); w != nil {
 			return w
 		}
@@ -152,11 +159,14 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 
 // dispatchLocked grants slots to waiters while any may have one.
 func (l *lane) dispatchLocked(now time.Time) {
-	cfg := l.effLocked(l.lim.cfg.Load())
+	c := l.lim.cfg.Load()
+	l.adaptLocked(c)
+	cfg := l.effLocked(c)
 	if l.q.n > 0 {
 		l.touchLocked(now)
 	}
 	for l.q.n > 0 && !l.lim.closed.Load() {
+		l.settleDrainLocked(cfg)
 		w := l.nextLocked(cfg, now)
 		if w == nil {
 			return
@@ -165,8 +175,8 @@ func (l *lane) dispatchLocked(now time.Time) {
 		w.hold = l.takeLocked(w.prio)
 		w.gen = w.hold.gen
 		w.waited = now.Sub(w.enqueued)
-		l.stats.recordWait(now, w.waited)
-		l.stats.recordQueuedGrant()
+		l.stats.Wait(now, w.waited)
+		l.stats.QueuedGrant()
 		w.end(granted)
 	}
 }
@@ -176,9 +186,9 @@ func (l *lane) takeLocked(p Priority) *hold {
 	l.inflight++
 	if l.adapt != nil {
 		now := l.lim.clock.Now()
-		l.adapt.logLoad(now, l.inflight)
+		l.adapt.Load(now, l.inflight)
 		if p == Interactive {
-			l.adapt.interactiveAt = now
+			l.adapt.Interactive(now)
 		}
 	}
 	if p != Interactive {
@@ -213,7 +223,7 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 func (l *lane) dequeueLocked(w *waiter, now time.Time) {
 	l.q.remove(w)
 	if l.q.n == 0 {
-		l.stats.recordBusy(now, now.Sub(l.busyAt))
+		l.stats.Busy(now, now.Sub(l.busyAt))
 		l.since, l.busyAt = time.Time{}, time.Time{}
 		l.stopTimerLocked()
 	}
@@ -272,9 +282,18 @@ func (l *lane) expireDue(gen uint64) {
 // going on.
 func (l *lane) creditBusyLocked(now time.Time) {
 	if l.q.n > 0 && now.After(l.busyAt) {
-		l.stats.recordBusy(now, now.Sub(l.busyAt))
+		l.stats.Busy(now, now.Sub(l.busyAt))
 		l.busyAt = now
 	}
+}
+
+// busyNowLocked is the time the queue has been non-empty up to now that the
+// statistics do not hold yet: what a reading adds, changing nothing.
+func (l *lane) busyNowLocked(now time.Time) time.Duration {
+	if l.q.n > 0 && now.After(l.busyAt) {
+		return now.Sub(l.busyAt)
+	}
+	return 0
 }
 
 // grantNowLocked takes a slot for a call that fits with no one ahead of it,
@@ -282,19 +301,20 @@ func (l *lane) creditBusyLocked(now time.Time) {
 func (l *lane) grantNowLocked(p Priority) *hold {
 	h := l.takeLocked(p)
 	l.freshenLocked()
-	l.stats.recordZero()
-	l.touched = l.stats.cur
+	l.stats.Zero()
+	l.touched = l.stats.Current()
 	return h
 }
 
-// freshenLocked makes sure stats.cur is the current step, reading the clock
-// only when the step may have ended since it last did.
+// freshenLocked makes sure the statistics' current step is the current
+// step, reading the clock only when the step may have ended since it last
+// did.
 func (l *lane) freshenLocked() {
 	if !l.fresh {
 		now := l.lim.clock.Now()
-		l.stats.advance(now)
+		l.stats.Advance(now)
 		l.fresh = true
-		l.lim.clock.AfterFunc(l.stats.nextBoundary().Sub(now), l.stepEnded)
+		l.lim.clock.AfterFunc(l.stats.StepEnd(l.stats.Current()).Sub(now), l.stepEnded)
 	}
 }
 
@@ -404,7 +424,7 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	l.creditBusyLocked(now)
 	l.touchLocked(now)
 	l.dequeueLocked(w, now)
-	l.stats.recordTimeout(now, e.Waited)
+	l.stats.Timeout(now, e.Waited)
 	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now, l.q.aheadOf(now)[w.prio.Index()])
 	w.waited, w.err = e.Waited, e
 	w.end(timedOut)
@@ -436,7 +456,7 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	h.lease = nil
 	l.inflight--
 	if l.adapt != nil {
-		l.adapt.logLoad(l.lim.clock.Now(), l.inflight)
+		l.adapt.Load(l.lim.clock.Now(), l.inflight)
 	}
 	if p != Interactive {
 		l.others--
@@ -446,12 +466,14 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 		l.dispatchLocked(l.lim.clock.Now())
 	} else {
 		l.freshenLocked()
-		l.touched = l.stats.cur
+		l.touched = l.stats.Current()
 	}
 	return p, lease
 }
 
-// snapshotLocked reports the lane at now.
+// snapshotLocked reports the lane at now. It changes nothing: the
+// statistics are read as they stand at now, and a busy spell still going on
+// is added to them rather than recorded.
 func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	cfg = l.effLocked(cfg)
 	s := LaneSnapshot{
@@ -470,17 +492,16 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())
 		s.Saturated = now.Sub(l.since) >= saturationAfter
 	}
-	l.creditBusyLocked(now)
-	l.stats.advance(now)
-	if p50, p90, ok := l.stats.percentiles(); ok {
+	v := l.stats.At(now)
+	if p50, p90, ok := v.Percentiles(); ok {
 		a, b := seconds(p50), seconds(p90)
 		s.WaitP50, s.WaitP90 = &a, &b
 	}
-	s.QueueTimeouts5m = int(l.stats.timeouts)
-	s.Upstream = l.stats.upstreamCounts(now)
-	s.ETA = l.etaLocked(cfg, now)
-	if l.adapt != nil {
-		s.Adaptive = l.adapt.state(now)
+	s.QueueTimeouts5m = v.Timeouts()
+	s.Upstream = upstreamCounts(&v)
+	s.ETA = l.etaLocked(cfg, now, &v)
+	if l.adapt != nil && cfg.Adaptive != nil && l.adapt.Settings() == *cfg.Adaptive {
+		s.Adaptive = adaptiveState(l.adapt.State(now))
 	}
 	if l.lim.backend != nil {
 		s.ETA = nil // the local history says nothing of the other processes' calls

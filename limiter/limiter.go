@@ -92,6 +92,7 @@ func (l *Limiter) SetConfig(cfg Config) error {
 	l.lanes.Range(func(_, v any) bool {
 		ln := v.(*lane)
 		ln.mu.Lock()
+		ln.adaptLocked(&cfg)
 		if ln.q.n > 0 {
 			ln.dispatchLocked(l.clock.Now())
 		}
@@ -138,7 +139,12 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	if err != nil {
 		return Slot{}, err
 	}
-	cfg = ln.effLocked(l.cfg.Load()) // decide under the lock with the settings in force now
+	cfg = l.cfg.Load() // decide under the lock with the settings in force now
+	if cfg.Adaptive != nil || ln.adapt != nil {
+		ln.adaptLocked(cfg)
+		cfg = ln.effLocked(cfg)
+		ln.settleDrainLocked(cfg)
+	}
 	if ln.q.n == 0 && ln.fitsLocked(cfg, p) {
 		h := ln.grantNowLocked(p)
 		gen := h.gen
@@ -201,7 +207,7 @@ func (l *Limiter) lane(key string, cfg *Config) (*lane, error) {
 	if cfg.MaxLanes > 0 && l.nlanes >= cfg.MaxLanes {
 		return nil, &LaneLimitError{Lane: key, MaxLanes: cfg.MaxLanes, IdleTTL: cfg.LaneIdleTTL}
 	}
-	ln := newLane(l, key)
+	ln := newLane(l, key, cfg)
 	l.lanes.Store(key, ln)
 	l.nlanes++
 	if l.sweep == nil && cfg.LaneIdleTTL > 0 {

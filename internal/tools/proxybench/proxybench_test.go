@@ -20,7 +20,7 @@ func TestQuickRun(t *testing.T) {
 		t.Fatal("haproxy is not installed: run make tools (Debian's haproxy package)")
 	}
 	dir := t.TempDir()
-	for _, pkg := range []string{"../../cmd/lanes-exporter", "."} {
+	for _, pkg := range []string{"../../../cmd/lanes-exporter", "."} {
 		if out, err := exec.Command("go", "build", "-o", dir, pkg).CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 )
 
-const root = "../.."
+const root = "../../.."
 
 // commands returns the README's commands: every line of its ```sh blocks
 // (without the trailing comment), and every inline `make ...` and

@@ -91,7 +91,7 @@ func TestAdaptiveSameReport(t *testing.T) {
 	// The committed report is this one: a change to the controller or the
 	// runs is not done until make replay has been run.
 	for name, b := range fa {
-		committed, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
+		committed, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", name))
 		if err != nil || !bytes.Equal(committed, b) {
 			t.Errorf("docs/%s is not what the replay gives now (%v): run make replay", name, err)
 		}

@@ -1,4 +1,4 @@
-package limiter
+package stats
 
 import (
 	"math"
@@ -48,7 +48,7 @@ func reference(xs []float64, p float64) float64 {
 func TestPercentilesMatchReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 200; trial++ {
-		w := window{origin: time.Unix(0, 0)}
+		w := New(time.Unix(0, 0))
 		now := time.Unix(0, 0)
 		var xs []float64
 		for n := 1 + rng.IntN(50); n > 0; n-- {
@@ -56,10 +56,11 @@ func TestPercentilesMatchReference(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				ds = 0
 			}
-			w.recordWait(now, time.Duration(ds)*100*time.Millisecond)
+			w.Wait(now, time.Duration(ds)*100*time.Millisecond)
 			xs = append(xs, float64(ds)/10)
 		}
-		p50, p90, ok := w.percentiles()
+		v := w.At(now)
+		p50, p90, ok := v.Percentiles()
 		if !ok {
 			t.Fatal("no percentiles")
 		}
@@ -70,13 +71,14 @@ func TestPercentilesMatchReference(t *testing.T) {
 }
 
 func TestPercentilesLongWaitsWithinBucketError(t *testing.T) {
-	w := window{origin: time.Unix(0, 0)}
+	w := New(time.Unix(0, 0))
 	var xs []float64
 	for _, s := range []float64{38, 120, 171, 212.4, 290} {
-		w.recordWait(time.Unix(0, 0), time.Duration(s*float64(time.Second)))
+		w.Wait(time.Unix(0, 0), time.Duration(s*float64(time.Second)))
 		xs = append(xs, s)
 	}
-	p50, p90, _ := w.percentiles()
+	v := w.At(time.Unix(0, 0))
+	p50, p90, _ := v.Percentiles()
 	for _, c := range [][2]float64{{p50, reference(xs, 0.5)}, {p90, reference(xs, 0.9)}} {
 		if math.Abs(c[0]-c[1]) > 0.016*c[1] {
 			t.Fatalf("got %v, want %v within 1.6%%", c[0], c[1])
@@ -89,13 +91,13 @@ func TestPercentilesLongWaitsWithinBucketError(t *testing.T) {
 // once every step has its histogram.
 func TestWindowMemoryBounded(t *testing.T) {
 	origin := time.Unix(0, 0)
-	w := window{origin: origin}
+	w := New(origin)
 	rng := rand.New(rand.NewPCG(3, 4))
 	now := origin
 	for s := 0; s < 6*60; s++ {
 		for i := 0; i < 10000; i++ {
 			now = origin.Add(time.Duration(s)*time.Second + time.Duration(i)*100*time.Microsecond)
-			w.recordWait(now, time.Duration(rng.Int64N(int64(300*time.Second))))
+			w.Wait(now, time.Duration(rng.Int64N(int64(300*time.Second))))
 		}
 	}
 	hists := 0
@@ -104,17 +106,109 @@ func TestWindowMemoryBounded(t *testing.T) {
 			hists++
 		}
 	}
-	if hists > int(windowSteps) {
-		t.Fatalf("%d step histograms, bound is %d", hists, windowSteps)
+	if hists > int(steps) {
+		t.Fatalf("%d step histograms, bound is %d", hists, steps)
 	}
 	if w.nwaits+w.zeros > 310*10000 || w.nwaits+w.zeros < 300*10000 {
 		t.Fatalf("window holds %d grants, want 300-310 s worth", w.nwaits+w.zeros)
 	}
 	allocs := testing.AllocsPerRun(10000, func() {
 		now = now.Add(time.Millisecond)
-		w.recordWait(now, 42*time.Second)
+		w.Wait(now, 42*time.Second)
 	})
 	if allocs != 0 {
 		t.Fatalf("steady-state recording allocates %v", allocs)
 	}
+}
+
+// A reading changes nothing, and agrees with the window moved to its time:
+// a snapshot at any moment never changes what the lane reports later.
+func TestReadingChangesNothing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	origin := time.Unix(0, 0)
+	for trial := 0; trial < 20; trial++ {
+		w := New(origin)
+		now := origin
+		for n := 0; n < 100; n++ {
+			now = now.Add(time.Duration(rng.IntN(20000)) * time.Millisecond)
+			switch rng.IntN(5) {
+			case 0:
+				w.Wait(now, time.Duration(rng.IntN(400))*time.Second)
+			case 1:
+				w.Timeout(now, 300*time.Second)
+			case 2:
+				w.Exchange(now, rng.IntN(Outcomes), rng.IntN(3) == 0, time.Duration(rng.IntN(60))*time.Second, rng.IntN(2) == 0)
+			case 3:
+				w.Busy(now, time.Duration(rng.IntN(10))*time.Second)
+			default:
+				w.Advance(now)
+				w.Zero()
+			}
+			later := now.Add(time.Duration(rng.IntN(400)) * time.Second)
+			before := w.clone()
+			v := w.At(later)
+			got := summary(&v)
+			if !equalWindows(before, &w) {
+				t.Fatalf("trial %d: At changed the window", trial)
+			}
+			moved := w.clone()
+			moved.Advance(later)
+			mv := moved.At(later)
+			if want := summary(&mv); got != want {
+				t.Fatalf("trial %d: read at %s: %+v, moved there: %+v", trial, later.Sub(origin), got, want)
+			}
+		}
+	}
+}
+
+type reading struct {
+	p50, p90  float64
+	ok        bool
+	timeouts  int
+	upstream  Upstream
+	rate      float64
+	rateOK    bool
+	lastErr   time.Duration
+	lastErrOK bool
+}
+
+func summary(v *View) reading {
+	var r reading
+	r.p50, r.p90, r.ok = v.Percentiles()
+	r.timeouts, r.upstream = v.Timeouts(), v.Upstream()
+	r.rate, r.rateOK = v.ServiceRate(4, 0)
+	r.lastErr, r.lastErrOK = v.LastErrorAge()
+	return r
+}
+
+// clone copies the window and its histograms.
+func (w *Window) clone() *Window {
+	c := *w
+	if w.waits != nil {
+		h := *w.waits
+		c.waits = &h
+	}
+	for i := range c.slots {
+		if h := c.slots[i].waits; h != nil {
+			hc := *h
+			c.slots[i].waits = &hc
+		}
+	}
+	return &c
+}
+
+func equalWindows(a, b *Window) bool {
+	x, y := a.clone(), b.clone()
+	if (x.waits == nil) != (y.waits == nil) || (x.waits != nil && *x.waits != *y.waits) {
+		return false
+	}
+	for i := range x.slots {
+		hx, hy := x.slots[i].waits, y.slots[i].waits
+		if (hx == nil) != (hy == nil) || (hx != nil && *hx != *hy) {
+			return false
+		}
+		x.slots[i].waits, y.slots[i].waits = nil, nil
+	}
+	x.waits, y.waits = nil, nil
+	return *x == *y
 }

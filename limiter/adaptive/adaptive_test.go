@@ -1,4 +1,4 @@
-package limiter_test
+package adaptive_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/adaptive"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
@@ -179,7 +180,7 @@ func TestAdaptiveGrowth(t *testing.T) {
 	if a.limit() != 3 {
 		t.Fatalf("grew during the latency hold: %d", a.limit())
 	}
-	a.clock.Advance(limiter.LatencyHold)
+	a.clock.Advance(adaptive.LatencyHold)
 	// Additive increase: Window good first bytes of calls sent since the
 	// last change, with every slot in use, add one slot.
 	a.fill()
@@ -229,7 +230,7 @@ func TestAdaptiveLoss(t *testing.T) {
 	if a.limit() != 7 {
 		t.Fatalf("during the hold: %d, want 7 (one below the 8 that saw the loss)", a.limit())
 	}
-	a.clock.Advance(limiter.HoldOff)
+	a.clock.Advance(adaptive.HoldOff)
 	grow(3) // the baseline aged out with the 5 minutes: the first sample sets it again
 	if a.limit() != 8 {
 		t.Fatalf("after the hold: %d, want 8", a.limit())
@@ -243,7 +244,7 @@ func TestAdaptiveLoss(t *testing.T) {
 	if a.limit() != 7 {
 		t.Fatalf("a failed probe: %d, want back to 7", a.limit())
 	}
-	a.clock.Advance(limiter.HoldOff + time.Minute)
+	a.clock.Advance(adaptive.HoldOff + time.Minute)
 	grow(10)
 	if a.limit() != 7 {
 		t.Fatalf("Retry-After 20 min: %d after 6 min, want held at 7", a.limit())
@@ -423,7 +424,7 @@ func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
 	}
 	// No ceiling from slow start: after the latency hold, additive
 	// increase runs past 8.
-	a.clock.Advance(limiter.LatencyHold)
+	a.clock.Advance(adaptive.LatencyHold)
 	a.goodRounds(6)
 	if a.limit() != 10 {
 		t.Fatalf("after slow start: %d, want 4 + 6 = 10", a.limit())
@@ -442,7 +443,7 @@ func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
 	if a.limit() != 10 {
 		t.Fatalf("a failed probe: %d, want back to 10", a.limit())
 	}
-	a.clock.Advance(limiter.LatencyHold)
+	a.clock.Advance(adaptive.LatencyHold)
 	a.goodRounds(4)
 	if a.limit() != 10 {
 		t.Fatalf("under the ceiling: %d, want 10 (one below the 11 latency cut)", a.limit())
@@ -457,13 +458,13 @@ func TestAdaptiveCutAfterRaiseAndCeiling(t *testing.T) {
 	}
 	// That lower cut did not lower the ceiling: the limit grows back to
 	// 10 and stops there while the ceiling lasts.
-	a.clock.Advance(limiter.LatencyHold)
+	a.clock.Advance(adaptive.LatencyHold)
 	a.goodRounds(12)
 	if a.limit() != 10 {
 		t.Fatalf("after the dip: %d, want back to the ceiling, 10", a.limit())
 	}
 	// Once HoldOff has passed since the cut at 11, 11 is tried again.
-	a.clock.Advance(limiter.HoldOff)
+	a.clock.Advance(adaptive.HoldOff)
 	for range 3 {
 		a.fill()
 		a.sample(2*time.Second, 1000)
@@ -565,7 +566,7 @@ func TestAdaptiveJitter(t *testing.T) {
 	for range 40 {
 		s.sample(2*time.Second, 1000)
 	}
-	if tol := s.state().Tolerance; tol != limiter.Tolerance {
-		t.Fatalf("steady gateway: tolerance %v, want %v", tol, limiter.Tolerance)
+	if tol := s.state().Tolerance; tol != adaptive.Tolerance {
+		t.Fatalf("steady gateway: tolerance %v, want %v", tol, adaptive.Tolerance)
 	}
 }

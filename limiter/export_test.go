@@ -1,0 +1,55 @@
+package limiter
+
+import (
+	"fmt"
+	"reflect"
+)
+
+// SameLaneState returns an error naming the first part of lane key that
+// differs between limiters a and b: its holders, its queue (each waiter's
+// class, arrivals and place), its timer, its saturation and busy clocks, its
+// statistics, its adaptive controller. Two limiters driven alike are in the
+// same state; one whose snapshot was taken at every step must be too.
+func SameLaneState(a, b *Limiter, key string) error {
+	la, lb := a.lockedLane(key), b.lockedLane(key)
+	switch {
+	case la == nil && lb == nil:
+		return nil
+	case la == nil || lb == nil:
+		return fmt.Errorf("lane %q exists in one limiter only", key)
+	}
+	defer la.mu.Unlock()
+	defer lb.mu.Unlock()
+	type waiterState struct {
+		prio                        Priority
+		arrival, enqueued, deadline any
+		at                          int64
+		seq                         uint64
+		place                       int
+	}
+	queue := func(l *lane) []waiterState {
+		var out []waiterState
+		for w := l.q.oldest; w != nil; w = w.next {
+			out = append(out, waiterState{w.prio, w.arrival, w.enqueued, w.deadline, w.at, w.seq, w.place})
+		}
+		return out
+	}
+	for _, f := range []struct {
+		name string
+		x, y any
+	}{
+		{"holders", [2]int{la.inflight, la.others}, [2]int{lb.inflight, lb.others}},
+		{"queue", queue(la), queue(lb)},
+		{"waiting", la.waiting, lb.waiting},
+		{"timer", [4]any{la.timer != nil, la.timerAt, la.timeout, la.mixed}, [4]any{lb.timer != nil, lb.timerAt, lb.timeout, lb.mixed}},
+		{"clocks", [4]any{la.since, la.busyAt, la.touched, la.fresh}, [4]any{lb.since, lb.busyAt, lb.touched, lb.fresh}},
+		{"statistics", la.stats, lb.stats},
+		{"drain", la.drainFrom, lb.drainFrom},
+		{"adaptive controller", la.adapt, lb.adapt},
+	} {
+		if !reflect.DeepEqual(f.x, f.y) {
+			return fmt.Errorf("lane %q: %s differ:\n%+v\n%+v", key, f.name, f.x, f.y)
+		}
+	}
+	return nil
+}
