@@ -395,9 +395,8 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 	}
 }
 
-// emitWait tells the observers of an event of a wait. It is out of line
-// for the reason emit is: an Event in waitLocked's frame is an Event on the
-// stack of every waiting call.
+// emitWait tells the observers of an event of a wait. It is out of line,
+// as emit is (docs/DESIGN.md, "A queued call's stack").
 //
 //go:noinline
 func (l *lane) emitWait(ctx context.Context, kind EventKind, p Priority, wait time.Duration, position int) {

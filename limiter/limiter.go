@@ -276,10 +276,10 @@ func (l *Limiter) Shutdown() {
 	})
 }
 
-// emit tells every observer of e. It is kept out of line: inlined at each
-// of its call sites, its copies of the Event made the frames of Acquire and
-// waitLocked big enough that a waiting goroutine's stack had to grow, a
-// copy of the stack each time, on every contended hand-over.
+// emit tells every observer of e. It is kept out of line, so that its
+// copies of the Event are not in the frames of Acquire and waitLocked, on
+// the stack of every waiting call (docs/DESIGN.md, "A queued call's
+// stack").
 //
 //go:noinline
 func (l *Limiter) emit(ctx context.Context, e Event) {

@@ -60,13 +60,6 @@ func New(o Options) (*Bridge, error) {
 		untraced: untraced, lanes: map[string]*laneMetrics{}}, nil
 }
 
-// RecordsSpans reports whether the bridge's TracerProvider can record spans
-// (it is not the no-op one). A proxy that takes its calls' slots before the
-// Transport starts their call spans (lanehttp.Transport.Admit) would leave
-// the queue-wait spans without their parent: it admits early only when this
-// is false.
-func (b *Bridge) RecordsSpans() bool { return !b.untraced }
-
 // now reads the watched limiter's clock, so that spans line up with the
 // waits and exchanges it reports.
 func (b *Bridge) now() time.Time {
@@ -89,10 +82,9 @@ func (b *Bridge) Observe(ctx context.Context, e limiter.Event) {
 		b.forget(e.Lane)
 		return
 	case limiter.Enqueued, limiter.Released:
-		// Nothing to record. Returning at once, from a small frame,
-		// matters for Enqueued: it is told on the stack of a call about to
-		// wait, whose goroutine keeps the deepest stack it reached (see
-		// lanehttp's Admit).
+		// Nothing to record: return at once, from a small frame. Enqueued
+		// is told on the stack a call is about to wait on (docs/DESIGN.md
+		// of lanes-exporter, "A queued call's stack").
 		return
 	}
 	b.record(ctx, &e)
@@ -133,6 +125,12 @@ func (b *Bridge) record(ctx context.Context, ev *limiter.Event) {
 // points at it.
 func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context {
 	call := trace.SpanFromContext(ctx)
+	if info := announced(ctx); info != nil {
+		// A call StartCall announced: its span opens now that the wait is
+		// over (nothing of the tracer ran on the waiting stack).
+		call = info.open(b)
+		ctx = trace.ContextWithSpan(ctx, call)
+	}
 	if !call.IsRecording() {
 		return ctx
 	}

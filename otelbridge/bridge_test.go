@@ -33,6 +33,8 @@ type rig struct {
 	clock  *limitertest.Clock
 	lim    *limiter.Limiter
 	rec    *tracetest.SpanRecorder
+	b      *otelbridge.Bridge
+	lt     *lanehttp.Transport
 	client *http.Client
 	gw     *httptest.Server
 	queued chan struct{}
@@ -85,6 +87,7 @@ func newRig(t *testing.T, tr func(*lanehttp.Transport), handle func(w http.Respo
 		tr(lt)
 	}
 	r.client = &http.Client{Transport: b.Transport(lt)}
+	r.b, r.lt = b, lt
 	r.lane = r.gw.URL + "/v1|protolabs/smart"
 	return r
 }
@@ -314,4 +317,60 @@ func TestOperationNames(t *testing.T) {
 		t.Errorf("provider %v", a["gen_ai.provider.name"])
 	}
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+}
+
+// A call whose slot is taken ahead of its round trip (a proxy's Admit),
+// with its call span announced first (StartCall): the same three spans as a
+// call that waits inside the Transport, the call span from the
+// announcement to the end of the response, the queue wait and the
+// exchange its children; and EndCall ends the span of a call that went no
+// further.
+func TestStartCallAheadOfAdmit(t *testing.T) {
+	r := newRig(t, nil, nil)
+	held, _ := r.lim.Acquire(context.Background(), r.lane)
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, r.gw.URL+"/v1/chat/completions", strings.NewReader(`{"model":"protolabs/smart"}`))
+		req = r.lt.Admit(r.b.StartCall(req.WithContext(limiter.WithPriority(context.Background(), limiter.Bulk))))
+		defer otelbridge.EndCall(req)
+		defer lanehttp.Abandon(req)
+		res, err := r.client.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	<-r.queued
+	r.clock.Advance(5 * time.Second)
+	held.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	spans := byName(t, r.rec.Ended())
+	call, queue, up := spans["chat protolabs/smart"], spans["llm.queue_wait"], spans["llm.upstream"]
+	if call == nil || queue == nil || up == nil || len(spans) != 3 {
+		t.Fatalf("spans %v", keys(spans))
+	}
+	for _, c := range []sdktrace.ReadOnlySpan{queue, up} {
+		if c.Parent().SpanID() != call.SpanContext().SpanID() {
+			t.Fatalf("%s is not a child of the call span", c.Name())
+		}
+	}
+	if !call.StartTime().Equal(t0) || !queue.StartTime().Equal(t0) || !call.EndTime().Equal(up.EndTime()) {
+		t.Fatalf("call %v..%v, queue from %v, upstream to %v", call.StartTime(), call.EndTime(), queue.StartTime(), up.EndTime())
+	}
+	if ca := attrs(call); ca["server.address"].AsString() != "127.0.0.1" || ca["http.response.status_code"].AsInt64() != 200 {
+		t.Fatalf("the call span lacks the round trip's HTTP attributes: %v", ca)
+	}
+
+	// Admitted, then abandoned: its two spans end, no more.
+	req, _ := http.NewRequest(http.MethodPost, r.gw.URL+"/v1/chat/completions", strings.NewReader(`{"model":"protolabs/smart"}`))
+	req = r.lt.Admit(r.b.StartCall(req))
+	lanehttp.Abandon(req)
+	otelbridge.EndCall(req)
+	otelbridge.EndCall(req) // once
+	if n := len(r.rec.Ended()); n != 5 {
+		t.Fatalf("%d spans ended, want 3 + the abandoned call's 2", n)
+	}
 }

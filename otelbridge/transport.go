@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -53,6 +55,25 @@ type transport struct {
 type callInfo struct {
 	attrs []attribute.KeyValue // HTTP client attributes of the request
 	op    string               // its GenAI operation name, or the method
+
+	// A call StartCall announced: its span opens late (see open), from
+	// these, and a round trip or EndCall takes it once.
+	parent context.Context      // the context the span is a child of
+	start  time.Time            // when the call began
+	gen    []attribute.KeyValue // its GenAI attributes
+	once   sync.Once
+	span   trace.Span
+	taken  atomic.Bool
+}
+
+// open starts the announced call's span, once, as of when the call began,
+// and returns it.
+func (c *callInfo) open(b *Bridge) trace.Span {
+	c.once.Do(func() {
+		_, c.span = b.tracer.Start(c.parent, c.op, trace.WithTimestamp(c.start), trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(c.gen...))
+	})
+	return c.span
 }
 
 type callInfoKey struct{}
@@ -73,11 +94,72 @@ func operation(path string) attribute.KeyValue {
 	return attribute.KeyValue{}
 }
 
+// StartCall announces the call span of req ahead of its round trip: for a
+// proxy that waits for a call's slot before the round trip
+// (lanehttp.Transport.Admit), so that the queue-wait span is still a child
+// of the call span, as it is when the call waits inside the Transport. The
+// span opens once the wait is over, as of when StartCall was called: nothing
+// of the tracer runs before the wait, on the stack the call waits on (see
+// docs/DESIGN.md, "A queued call's stack"). The Transport then takes the
+// span over: it adds the HTTP attributes of the request it sends and ends
+// the span with the response; EndCall ends it if no round trip did.
+// Without a recording tracer and with no trace in req's context, it returns
+// req as it is, at no cost.
+func (b *Bridge) StartCall(req *http.Request, opts ...TransportOption) *http.Request {
+	if b.untraced && !trace.SpanContextFromContext(req.Context()).IsValid() {
+		return req
+	}
+	t := &transport{b: b}
+	for _, o := range opts {
+		o(t)
+	}
+	name, gen := t.names(req)
+	info := &callInfo{op: name, parent: req.Context(), start: b.now(), gen: gen}
+	return req.WithContext(context.WithValue(req.Context(), callInfoKey{}, info))
+}
+
+// EndCall ends the call span StartCall announced for req, if it opened and
+// no round trip took it (the call went no further); it does nothing for any
+// other request.
+func EndCall(req *http.Request) {
+	if info, ok := req.Context().Value(callInfoKey{}).(*callInfo); ok && info.parent != nil && info.taken.CompareAndSwap(false, true) && info.span != nil {
+		info.span.End()
+	}
+}
+
+// announced returns the call StartCall announced in ctx, if its span is
+// not taken yet.
+func announced(ctx context.Context) *callInfo {
+	if info, ok := ctx.Value(callInfoKey{}).(*callInfo); ok && info.parent != nil && !info.taken.Load() {
+		return info
+	}
+	return nil
+}
+
+// names returns the name of the call span of req and its GenAI
+// attributes.
+func (t *transport) names(req *http.Request) (string, []attribute.KeyValue) {
+	if op := operation(req.URL.Path); op.Valid() {
+		provider := t.provider
+		if provider == "" {
+			provider = "openai"
+			if strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/messages") {
+				provider = "anthropic"
+			}
+		}
+		return op.Value.AsString(), []attribute.KeyValue{op, semconv.GenAIProviderNameKey.String(provider)}
+	}
+	return req.Method, nil
+}
+
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.b.untraced && !trace.SpanContextFromContext(req.Context()).IsValid() {
+	started := announced(req.Context())
+	if started != nil && !started.taken.CompareAndSwap(false, true) {
+		started = nil // taken meanwhile: this round trip opens its own
+	}
+	if started == nil && t.b.untraced && !trace.SpanContextFromContext(req.Context()).IsValid() {
 		return t.base.RoundTrip(req) // no span, no trace to hand on: spare the call the attributes
 	}
-	start := trace.WithTimestamp(t.b.now())
 	host, port := req.URL.Hostname(), req.URL.Port()
 	p, err := strconv.Atoi(port)
 	if err != nil {
@@ -92,21 +174,21 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		semconv.ServerPort(p),
 		semconv.URLFull(redact(req.URL)),
 	}
-	attrs := append([]attribute.KeyValue(nil), httpAttrs...)
-	name := req.Method
-	if op := operation(req.URL.Path); op.Valid() {
-		provider := t.provider
-		if provider == "" {
-			provider = "openai"
-			if strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/messages") {
-				provider = "anthropic"
-			}
-		}
-		attrs = append(attrs, op, semconv.GenAIProviderNameKey.String(provider))
-		name = op.Value.AsString()
+	var ctx context.Context
+	var span trace.Span
+	if started != nil {
+		// The span StartCall announced (open already if the call waited):
+		// the request's HTTP attributes join it.
+		span = started.open(t.b)
+		ctx = trace.ContextWithSpan(req.Context(), span)
+		span.SetAttributes(httpAttrs...)
+		started.attrs = httpAttrs
+	} else {
+		name, attrs := t.names(req)
+		ctx, span = t.b.tracer.Start(req.Context(), name, trace.WithTimestamp(t.b.now()), trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(append(attrs, httpAttrs...)...))
+		ctx = context.WithValue(ctx, callInfoKey{}, &callInfo{attrs: httpAttrs, op: name})
 	}
-	ctx, span := t.b.tracer.Start(req.Context(), name, start, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	ctx = context.WithValue(ctx, callInfoKey{}, &callInfo{attrs: httpAttrs, op: name})
 	out := req.WithContext(ctx)
 	if span.SpanContext().IsValid() {
 		out.Header = req.Header.Clone() // a RoundTripper must not change the caller's request

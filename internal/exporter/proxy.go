@@ -137,16 +137,15 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 		lanehttp.SetBody(r, body)
-		if !s.tel.Bridge().RecordsSpans() {
-			// Wait for the slot here, near the top of the goroutine's
-			// stack, rather than deep inside the reverse proxy: a queued
-			// call then holds a 4 KiB stack, not 8 KiB (nor the reverse
-			// proxy's copy of the request). With spans recorded, the call
-			// waits inside the tracing transport, under its call span.
-			r = u.lanes.Admit(r.WithContext(ctx))
-			ctx = r.Context()
-			defer lanehttp.Abandon(r)
-		}
+		// The call waits for its slot here, at the top of the handler, traced
+		// or not: docs/DESIGN.md, "A queued call's stack", says why. Its call
+		// span opens first, so that the queue wait is a child of it; the
+		// tracing transport takes the span over for the round trip.
+		r = s.tel.Bridge().StartCall(r.WithContext(ctx), s.providerOpt(u.cfg)...)
+		defer otelbridge.EndCall(r)
+		r = u.lanes.Admit(r)
+		ctx = r.Context()
+		defer lanehttp.Abandon(r)
 	} else {
 		// The body streams through as it arrives. Without full duplex, the
 		// HTTP/1 server closes the request body once the response starts

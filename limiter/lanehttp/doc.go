@@ -69,6 +69,8 @@
 // request; the round trip of that request (or of the reverse proxy's
 // outgoing copy) sends it with its slot, or returns its refusal, as
 // RoundTrip would have. Abandon gives back a slot no round trip took.
+// lanes-exporter's docs/DESIGN.md, "A queued call's stack", says what
+// that keeps and why.
 //
 // # Signals
 //

@@ -140,11 +140,10 @@ type admissionKey struct{}
 // It is for a proxy: waiting here, at the top of its handler, a queued call
 // keeps a smaller goroutine stack than waiting in RoundTrip, deep inside
 // httputil.ReverseProxy and the transports around this one, and no copy of
-// the request made for the round trip (in lanes-exporter, over HTTP/2: a
-// 4 KiB stack rather than 8 KiB, and 11 KiB in all rather than 17).
+// the request made for the round trip (see the package documentation).
 // Events (and so the OpenTelemetry bridge's queue-wait span) see the
-// request's context as it is here, not as a tracing transport later in the
-// chain makes it.
+// request's context as it is here: a tracing proxy announces the call's
+// span first (otelbridge.Bridge.StartCall).
 //
 // The caller must call Abandon on the returned request when done with it:
 // it gives the slot back if no round trip took it.
@@ -178,14 +177,8 @@ func (t *Transport) isModelCall(req *http.Request) bool {
 	return IsModelCall(req)
 }
 
-// admit reads and checks a model call's body, finds its lane and waits for
-// its slot.
-//
-// The wait is in a function of its own with a small frame, apart from the
-// body's checks: a call parks its goroutine with this function on the
-// stack, and the lane's observers run above it, and a proxy that admits at
-// the top of its handler keeps the goroutine's stack at 4 KiB only if the
-// frames below the wait stay small.
+// admit reads and checks a model call's body (prepare), finds its lane and
+// waits for its slot (acquire).
 func (t *Transport) admit(req *http.Request) *admission {
 	a := t.prepare(req)
 	if a.res == nil && a.err == nil {
