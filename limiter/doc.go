@@ -62,6 +62,20 @@
 // release, cancellation and timeout, which is how packages such as
 // otelbridge feed metrics and spans without this package importing them.
 //
+// # Reading changes nothing
+//
+// Snapshot, and everything built on it (the ETAs, the telemetry routes and
+// metrics), reads the lanes as they stand: it never moves their
+// statistics or changes their adaptive limit, so a lane that is read often
+// behaves exactly as one that is never read.
+//
+// # Adaptive limits
+//
+// With Config.Adaptive, each lane's limit is learned from its gateway by a
+// controller of package limiter/adaptive, which documents the algorithm;
+// the lane asks it for the limit in force and tells it of first bytes,
+// losses and its own load.
+//
 // # Time
 //
 // All time is read from a Clock, the system clock by default. Tests inject

@@ -353,10 +353,10 @@ func (c *Controller) FirstByte(now time.Time, fb FirstByte, inflight, reserve in
 // latencyCut lowers the limit to to, at least one slot. When the limit
 // was just raised (the first fresh samples since are the slow ones), the
 // raise was the mistake: the limit goes no lower than where it was, which
-// served within tolerance. (Going back exactly there was tried: in the
-// sweep of docs/ADAPTIVE.md it settled later, in 7 runs of 24 against 14.) (In slow start this is
-// TCP's return to the window before the one that lost; later, it keeps a
-// failed probe from costing more than its one slot.)
+// served within tolerance. (Going back exactly there was tried, and settled
+// later in the sweep of docs/ADAPTIVE.md.) In slow start this is TCP's
+// return to the window before the one that lost; later, it keeps a failed
+// probe from costing more than its one slot.
 func (c *Controller) latencyCut(now time.Time, to int, ratio float64, reason string) bool {
 	limit := c.current()
 	if c.raisedFrom > 0 {

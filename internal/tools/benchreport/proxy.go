@@ -130,7 +130,7 @@ HAProxy's), for the reasons given below.
   CPU per call and a lower p50 on this 2-CPU machine, where the load generator and the
   gateway share the CPUs. lanes-exporter keeps Go's default (every CPU the process may
   use, which honours a container's CPU limit), because a busy proxy streams many calls
-  at once; the README's "Performance" section says when to set GOMAXPROCS=1.
+  at once; docs/LANES-EXPORTER.md, "Performance", says when to set GOMAXPROCS=1.
 - **Memory per queued call** (the exporter's own go_memstats metrics before and after
   5,000 calls queued on a lane of 1): lanes-exporter takes a queued call's slot at the
   top of its handler (` + "`lanehttp.Transport.Admit`" + `), as the floor does, and nothing that

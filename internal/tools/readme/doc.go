@@ -1,4 +1,5 @@
-// Package readme holds the test (build tag e2e, run by make e2e) that runs
-// every command of the repository's README as written, in a copy of the
-// working tree. It has no code of its own.
+// Package readme holds the tests of the repository's README: that its Go
+// quick start compiles (make test), and (build tag e2e, run by make e2e)
+// that every command of it runs as written, in a copy of the working tree.
+// It has no code of its own.
 package readme
