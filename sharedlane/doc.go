@@ -10,14 +10,18 @@
 // Redis' clock (TIME), so the hosts' clocks (skewed or not) never order
 // or grant anything: a caller sends only how long ago its call logically
 // arrived. A held slot and a queue place are leases that expire after
-// LeaseTTL unless their process renews them (every LeaseTTL/3): a process
+// LeaseTTL unless their process renews them (every LeaseTTL/6, and on a
+// failure every second until one succeeds, whether or not Redis is taken
+// to be down; see renewLoop for the rule): a process
 // killed with SIGKILL frees its slots and places within one LeaseTTL (and
 // the next look at the lane by anyone: every waiter looks at least every
 // PollEvery). A
-// process that cannot renew a held slot's lease for LeaseTTL (Redis
-// unreachable, or it was partitioned) closes the slot's Lost channel
-// before the lease can lapse in Redis, and lanehttp.Transport stops the
-// call then, so the slot is never in two hands. Waiters learn of a grant
+// process that cannot prove a held slot's lease still held (no renewal
+// confirmed for 0.8 LeaseTTL: Redis unreachable, stalled, or partitioned
+// away) closes the slot's Lost channel before the lease can lapse in
+// Redis, and lanehttp.Transport stops the call then, so the slot is never
+// in two hands. A stall shorter than that cuts no call: the renewals sent
+// during it are answered when it ends. Waiters learn of a grant
 // from a pub/sub message, with a slow poll (PollEvery) as a safety net for
 // a message lost with a connection.
 //

@@ -119,13 +119,43 @@ func (b *Backend) loseLocked(l *lease, why string) {
 	})
 }
 
-// renewLoop renews this process's leases every LeaseTTL/3, loses the slots
-// whose lease could not be kept, and brings Redis back into use when it
-// answers again.
+// The renewal rule (docs/LANES-EXPORTER.md, "Shared lanes", states it
+// with its figures):
+//
+//   - Every lease this process holds (a slot, or a place in a queue) is
+//     renewed every renewEvery (LeaseTTL/6), whether or not Redis is taken
+//     to be down: being down decides where new calls go, not whether the
+//     slots already held are still held.
+//   - A renewal that fails (an error, or no answer within renewEvery) is
+//     tried again every step (a second, or LeaseTTL/15 if shorter) until
+//     one succeeds.
+//   - A slot is given up only when it can no longer be proven held: once
+//     its deadline passes, the send time of the latest renewal Redis
+//     confirmed plus margin (0.8 LeaseTTL), or when Redis answers that the
+//     lease is gone (then it is taken again if the lane has room).
+//
+// So a stall of Redis shorter than the margin less the time since the last
+// confirmed renewal (at most renewEvery and a round trip) cuts no call:
+// the renewals sent during the stall are answered as soon as Redis is,
+// and move the deadline on.
+
+// renewEvery is how often leases are renewed.
+func (b *Backend) renewEvery() time.Duration { return b.cfg.LeaseTTL / 6 }
+
+// step is how often the renewal loop looks: for a failed renewal to try
+// again, for the leases past their deadline, and, while Redis is taken to
+// be down, to ping it.
+func (b *Backend) step() time.Duration { return min(time.Second, b.cfg.LeaseTTL/15) }
+
+// renewLoop renews this process's leases (see the rule above), loses the
+// slots whose lease can no longer be proven held, and brings Redis back
+// into use when it answers again.
 func (b *Backend) renewLoop() {
 	defer b.wg.Done()
-	t := time.NewTicker(b.cfg.LeaseTTL / 3)
+	t := time.NewTicker(b.step())
 	defer t.Stop()
+	var renewed time.Time // the last renewal round that succeeded
+	failed := false
 	for {
 		select {
 		case <-b.stop:
@@ -134,8 +164,11 @@ func (b *Backend) renewLoop() {
 		}
 		if isDown, _ := b.down(); isDown {
 			b.tryRecover()
-		} else {
-			b.renew()
+		}
+		if now := time.Now(); failed || now.Sub(renewed) >= b.renewEvery() {
+			if failed = !b.renew(); !failed {
+				renewed = now
+			}
 		}
 		// A slot whose lease may have lapsed in Redis must stop now,
 		// whether or not Redis can be reached.
@@ -143,15 +176,16 @@ func (b *Backend) renewLoop() {
 		b.mu.Lock()
 		for _, l := range b.leases {
 			if now.After(l.deadline) {
-				b.loseLocked(l, "no renewal within lease_ttl")
+				b.loseLocked(l, "no renewal confirmed within lease_ttl")
 			}
 		}
 		b.mu.Unlock()
 	}
 }
 
-// renew renews every lease, lane by lane.
-func (b *Backend) renew() {
+// renew renews every lease, lane by lane; false if Redis could not be
+// reached for one.
+func (b *Backend) renew() bool {
 	type item struct {
 		id string
 		l  *lease  // a held slot
@@ -172,14 +206,14 @@ func (b *Backend) renew() {
 			args[i] = it.id
 		}
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+		ctx, cancel := context.WithTimeout(context.Background(), b.renewEvery())
 		v, err := b.run(ctx, lk, "renew", args...)
 		cancel()
 		if err != nil {
 			if !isScriptError(err) {
 				b.markDown(err)
 			}
-			return
+			return false
 		}
 		st, _ := v.([]any)
 		b.mu.Lock()
@@ -204,6 +238,7 @@ func (b *Backend) renew() {
 		}
 		b.mu.Unlock()
 	}
+	return true
 }
 
 // reclaim takes a slot in Redis again for l, whose lease Redis no longer
@@ -249,10 +284,10 @@ func (b *Backend) reclaim(l *lease) {
 // tryRecover pings Redis. When it answers, the slots held on the fallback
 // lanes are registered in Redis (they count against the shared limit until
 // they end), and so is every fallback slot granted from then on; new calls
-// go to Redis again after a grace of half a lease TTL, by when every other
-// process (pinging as often) has registered its own.
+// go to Redis again after a grace of two steps, by when every other
+// process (pinging as often) has seen it answer and registered its own.
 func (b *Backend) tryRecover() {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+	ctx, cancel := context.WithTimeout(context.Background(), b.step())
 	defer cancel()
 	if err := b.rdb.Ping(ctx).Err(); err != nil {
 		b.mu.Lock()
@@ -262,7 +297,7 @@ func (b *Backend) tryRecover() {
 	}
 	b.mu.Lock()
 	if b.upAt.IsZero() {
-		b.upAt = time.Now().Add(b.cfg.LeaseTTL / 2)
+		b.upAt = time.Now().Add(2 * b.step())
 	}
 	b.mu.Unlock()
 	if !b.registerFallbacks(ctx) {

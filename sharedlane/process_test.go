@@ -147,10 +147,13 @@ func startExporter(t *testing.T, gw, redisURL, name string, limit int, shared st
 	}
 	addr := l.Addr().String()
 	l.Close()
+	if !strings.Contains(shared, "lease_ttl") {
+		shared += ", lease_ttl: 1s"
+	}
 	cfg := fmt.Sprintf(`listen: %s
 limiter: {max_inflight: %d, queue_timeout: 5s, interactive_reserve: 1}
 upstreams: [{name: gw, base_url: "%s/v1"}]
-shared: {redis_url: "%s", lease_ttl: 1s, process: %s%s}
+shared: {redis_url: "%s", process: %s%s}
 `, addr, limit, gw, redisURL, name, shared)
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
 	os.WriteFile(file, []byte(cfg), 0o644)
@@ -689,5 +692,69 @@ func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
 	stopHolding()
 	if err := <-holder; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the long call ended with %v before the test let it go", err)
+	}
+}
+
+// 7. A Redis stall shorter than the lease cuts no call: Redis frozen
+// (SIGSTOP) for 8 s under four running streams, at lease_ttl 15s, in both
+// fallback modes. The renewals sent during the stall are answered when it
+// ends and move the slots' deadlines on, so every stream ends whole; the
+// gateway never works on more than the lane's 4 (two more calls sent
+// during the stall queue, or are refused, rather than run); and new calls
+// use Redis again soon after it answers.
+func TestRedisStallCutsNoCall(t *testing.T) {
+	for _, mode := range []string{"local", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // each waits out a lease_ttl of quiet time after its Redis starts
+			r := startRedis(t)
+			gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Second, Tokens: 12, PropagateDisconnect: true})
+			opts := fmt.Sprintf(", lease_ttl: 15s, on_redis_down: %s, local_max_inflight: 1", mode)
+			a, b := startExporter(t, gw.URL, r.URL(), "a", 4, opts), startExporter(t, gw.URL, r.URL(), "b", 4, opts)
+			r.WaitUptime(16 * time.Second) // the quiet time after a start is one lease_ttl
+			type end struct {
+				o   outcome
+				err error
+			}
+			streams := make(chan end, 4)
+			for _, p := range []*exporterProc{a, a, b, b} {
+				go func() { o, err := p.call("interactive", 0); streams <- end{o, err} }()
+			}
+			eventually(t, "4 streams running", func() bool { return gw.Peak() == 4 || a.snapshot(t)["inflight"] == float64(4) })
+			r.Freeze()
+			frozen := time.Now()
+			late := make(chan end, 2)
+			time.Sleep(2 * time.Second) // into the stall
+			for _, p := range []*exporterProc{a, b} {
+				go func() { o, err := p.call("interactive", 0); late <- end{o, err} }()
+			}
+			time.Sleep(time.Until(frozen.Add(8 * time.Second)))
+			if a.metric(t, "llmlanes_llm_shared_up") != "0" {
+				t.Fatal("the stall was not noticed") // else this would test nothing of the way back
+			}
+			r.Thaw()
+			thawed := time.Now()
+			// New calls use Redis again soon after it answers: two steps of
+			// grace, and a step to notice (docs/LANES-EXPORTER.md).
+			eventually(t, "shared again", func() bool { return a.metric(t, "llmlanes_llm_shared_up") == "1" && b.metric(t, "llmlanes_llm_shared_up") == "1" })
+			back := time.Since(thawed)
+			t.Logf("%s: lanes shared again %s after Redis answered", mode, back.Round(100*time.Millisecond))
+			if back > 6*time.Second {
+				t.Errorf("lanes shared again %s after Redis answered, want within about 3 s", back)
+			}
+			for range 4 {
+				if e := <-streams; e.o != completed {
+					t.Fatalf("a stream running through the stall ended %q (%v)", e.o, e.err)
+				}
+			}
+			for range 2 {
+				e := <-late
+				if e.err != nil || (e.o != completed && e.o != timedOut && e.o != unavailable) {
+					t.Fatalf("a call sent during the stall: %q (%v)", e.o, e.err)
+				}
+			}
+			if p := gw.Peak(); p > 4 {
+				t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", p)
+			}
+		})
 	}
 }

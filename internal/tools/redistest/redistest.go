@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -122,6 +124,24 @@ func (s *Server) Uptime(d time.Duration) error {
 func (s *Server) WaitUptime(d time.Duration) {
 	s.t.Helper()
 	if err := s.Uptime(d); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Freeze stops the server where it stands (SIGSTOP): it keeps its data and
+// its connections, and answers nothing until Thaw. It is a stall, as a long
+// fork, a swapped-out host or a partition looks to its clients.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen server go on (SIGCONT); what was sent to it meanwhile
+// is answered now.
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		s.t.Fatalf("redis-server on %s is not running", s.Addr())
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
 		s.t.Fatal(err)
 	}
 }
