@@ -735,7 +735,9 @@ func TestRedisStallCutsNoCall(t *testing.T) {
 			thawed := time.Now()
 			// New calls use Redis again soon after it answers: two steps of
 			// grace, and a step to notice (docs/LANES-EXPORTER.md).
-			eventually(t, "shared again", func() bool { return a.metric(t, "llmlanes_llm_shared_up") == "1" && b.metric(t, "llmlanes_llm_shared_up") == "1" })
+			eventually(t, "shared again", func() bool {
+				return a.metric(t, "llmlanes_llm_shared_up") == "1" && b.metric(t, "llmlanes_llm_shared_up") == "1"
+			})
 			back := time.Since(thawed)
 			t.Logf("%s: lanes shared again %s after Redis answered", mode, back.Round(100*time.Millisecond))
 			if back > 6*time.Second {
