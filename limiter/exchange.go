@@ -94,6 +94,22 @@ type Exchange struct {
 	RetryAfter time.Duration
 }
 
+// isLoss reports whether x tells of the gateway's capacity, for the adaptive
+// limit: a 429, a transport error, a stall, or a 502, 503 or 504 (a gateway
+// overloaded, or its upstream failing). Another 5xx, a plain 500 above all,
+// is the gateway's error about that one request, which a client can
+// provoke with the request it sends: it counts in the lane's health
+// (IsUpstreamError) but cuts no one's limit.
+func (x Exchange) isLoss() bool {
+	switch x.Outcome {
+	case OutcomeRateLimited, OutcomeTransportError, OutcomeStall:
+		return true
+	case OutcomeServerError:
+		return x.Status == 0 || x.Status == 502 || x.Status == 503 || x.Status == 504
+	}
+	return false
+}
+
 // UpstreamCounts counts a lane's exchanges of the last 5 minutes by outcome,
 // and how many of them were SDK retries.
 type UpstreamCounts struct {
@@ -130,7 +146,7 @@ func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 	now := l.clock.Now()
 	ln.stats.Exchange(now, int(x.Outcome), x.Retry, x.Duration, x.Outcome.IsUpstreamError())
 	ln.touchLocked(now)
-	if cfg := l.cfg.Load(); cfg.Adaptive != nil && x.Outcome.IsUpstreamError() {
+	if cfg := l.cfg.Load(); cfg.Adaptive != nil && x.isLoss() {
 		ln.adaptLocked(cfg)
 		before := ln.adapt.Limit()
 		ln.adapt.Loss(now, x.Sent, x.Outcome.String(), x.RetryAfter)

@@ -59,6 +59,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 		ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
 		StallTimeout:          time.Duration(cfg.Proxy.StallTimeout),
 		Describe:              up.name,
+		Recall:                s.recall,
 	}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/internal/version"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/sharedlane"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -47,6 +48,9 @@ type Server struct {
 	lastPoll   sync.Map // target URL → time of its last poll, across reloads
 	buffers    bufferPool
 	queued     *semaphore.Weighted // bytes of request bodies held, bounded by limits.max_queued_bytes
+	// recall is the memory of recent calls every upstream's transport
+	// shares, across reloads, so that a reload forgets no retry.
+	recall *lanehttp.Recall
 	lifecycle  bool
 	stopping   atomic.Bool // shutdown has begun: not ready, every call refused
 	propagator propagation.TextMapPropagator
@@ -76,7 +80,7 @@ type Options struct {
 // New builds a server from a checked configuration.
 func New(cfg *Config, o Options) (*Server, error) {
 	s := &Server{file: o.File, log: o.Log, base: o.Base, mux: http.NewServeMux(), lifecycle: o.EnableLifecycle,
-		queued: semaphore.NewWeighted(cfg.Limits.MaxQueuedBytes)}
+		queued: semaphore.NewWeighted(cfg.Limits.MaxQueuedBytes), recall: lanehttp.NewRecall(0)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

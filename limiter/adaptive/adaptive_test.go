@@ -570,3 +570,28 @@ func TestAdaptiveJitter(t *testing.T) {
 		t.Fatalf("steady gateway: tolerance %v, want %v", tol, adaptive.Tolerance)
 	}
 }
+
+// A 500 is the gateway's error about one request, which a client can
+// provoke: it cuts no one's limit. A 503 (overloaded) does.
+func TestAdaptivePlain500IsNoLoss(t *testing.T) {
+	a := newAdaptive(t, 1, 16, 8)
+	for range 3 {
+		a.sample(2*time.Second, 1000)
+	}
+	a.fill()
+	sent := a.clock.Now()
+	a.clock.Advance(time.Second)
+	for range 5 {
+		a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeServerError, Status: 500, Sent: sent})
+	}
+	if a.limit() != 8 || a.state().CutByLoss {
+		t.Fatalf("after five 500s: limit %d, %+v", a.limit(), a.state())
+	}
+	if u := a.lim.Snapshot().Lanes[0].Upstream; u == nil || u.ServerErrors != 5 {
+		t.Fatalf("the 500s are not counted in the lane's health: %+v", u)
+	}
+	a.lim.RecordExchange(context.Background(), akey, limiter.Exchange{Outcome: limiter.OutcomeServerError, Status: 503, Sent: sent})
+	if a.limit() != 6 || a.state().LastChange != "loss: server_error" {
+		t.Fatalf("after a 503: limit %d (%s), want 6", a.limit(), a.state().LastChange)
+	}
+}

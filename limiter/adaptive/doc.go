@@ -34,8 +34,10 @@
 //     The jitter counts once 8 pairs are known; a latency cut made before
 //     it is well known (64 pairs) is taken back, within latencyHold, if
 //     the jitter learned since explains it.
-//   - Loss: a 429, a 5xx, a transport error or a stall; a Retry-After holds
-//     increases for as long as it asks.
+//   - Loss: a 429, a 502, 503 or 504, a transport error or a stall; a
+//     Retry-After holds increases for as long as it asks. (A plain 500, or
+//     another 5xx, is the gateway's error about one request, which a
+//     client can provoke: the lane counts it, but it cuts no one's limit.)
 //
 // A sample counts only if its call was sent after the limit last changed:
 // calls sent before reflect the old limit. Decisions look at the last

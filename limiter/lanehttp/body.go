@@ -167,7 +167,7 @@ func (x *exchange) finish(o limiter.Outcome) {
 	}
 	x.mu.Unlock()
 	now := x.clock.Now()
-	x.attempt.end(now, o == limiter.OutcomeOK)
+	x.attempt.end(now, true, o == limiter.OutcomeOK)
 	x.t.Limiter.RecordExchange(x.ctx, x.lane, limiter.Exchange{
 		Outcome:    o,
 		Status:     x.status,

@@ -39,16 +39,21 @@
 // its slot when the SDK closes the failed response, before the backoff, and
 // acquires again for the next attempt. The retry keeps its call's place in
 // line and its age, with no code in the caller (ADR-0115 D5): the
-// Transport remembers, for Transport.RetryWindow (2 minutes by default)
-// after each attempt ends, the first arrival of every call that has not yet
-// succeeded, under a fingerprint of its lane, credentials (Authorization,
-// X-Api-Key, Api-Key), Idempotency-Key and body. An attempt with the
-// fingerprint of such a call, while no other attempt of it is in progress,
-// is its retry: it queues with that arrival and counts as a retry in the
-// lane's signals. The memory is bounded (10,000 calls), expires, keeps no
+// Transport remembers, for Transport.RetryWindow (30 s by default, an SDK's
+// backoff) after an attempt that reached the gateway and failed, the first
+// arrival of its call, under a fingerprint of its lane, credentials
+// (Authorization, X-Api-Key, Api-Key), Idempotency-Key, query string and
+// body. An attempt with the fingerprint of such a call, while no other
+// attempt of it is in progress, is its retry: it queues with that arrival
+// and counts as a retry in the lane's signals. An attempt that never
+// reached the gateway (canceled by its caller while it queued, timed out
+// in the queue, refused) leaves no place to come back to. The memory is
+// bounded (10,000 calls, a tenth of them per caller), expires, keeps no
 // credential or body (only a seeded hash), and is never fed by the client:
-// a header such as X-Stainless-Retry-Count cannot move a call up, and
-// identical requests sent side by side are separate calls. A caller that
+// a header such as X-Stainless-Retry-Count neither moves a call up nor
+// counts as a retry, and identical requests sent side by side are separate
+// calls. Transports that share a Recall share the memory (lanes-exporter's
+// survives its reloads). A caller that
 // puts limiter.WithArrival in the request's context decides the arrival
 // itself. Streams that break before any content are reconnected the same
 // way by Reconnect.

@@ -10,8 +10,10 @@ import (
 
 // DefaultRetryWindow is how long after an attempt of a model call ended a
 // new attempt of the same call is taken for its retry, when
-// Transport.RetryWindow is 0.
-const DefaultRetryWindow = 2 * time.Minute
+// Transport.RetryWindow is 0: an SDK's backoff (the OpenAI and Anthropic
+// SDKs wait at most 8 s between attempts, or a Retry-After they are given),
+// not minutes, so that an old attempt is no ticket to a place in line.
+const DefaultRetryWindow = 30 * time.Second
 
 // maxCallAge bounds the logical arrival a retry may keep: a chain of
 // attempts older than this starts over, so no entry keeps a place forever.
@@ -19,8 +21,14 @@ const DefaultRetryWindow = 2 * time.Minute
 // reconnected 3 times, plus queue waits) stays well inside it.
 const maxCallAge = 30 * time.Minute
 
-// maxRecalled bounds the calls remembered at once (about 100 bytes each).
-const maxRecalled = 10000
+// maxRecalled bounds the calls remembered at once (about 100 bytes each),
+// and maxPerCaller those of one caller (one set of credentials, on one
+// lane), so that a caller's flood of failing calls cannot push another's
+// retries out.
+const (
+	maxRecalled  = 10000
+	maxPerCaller = maxRecalled / 10
+)
 
 // recall remembers the logical arrival of recent model calls, so that a
 // retry queues with the arrival of its call's first attempt and ages from
@@ -28,37 +36,62 @@ const maxRecalled = 10000
 //
 // A call is recognised by a fingerprint of its lane, its credentials
 // (Authorization, X-Api-Key and Api-Key headers), its Idempotency-Key if it
-// has one, and its body: an SDK's retry resends exactly these. An attempt
-// whose fingerprint matches a call whose last attempt ended within the
-// retry window, and which has no attempt in progress, is that call's retry.
-// Everything comes from this process's own memory: a header such as
-// X-Stainless-Retry-Count never moves a call up (a forged one for a call
-// never seen gains nothing), and identical requests sent side by side are
-// separate calls, each arriving when it arrives. A call that succeeds is
-// forgotten. Fingerprints are hashed with a per-process random seed;
-// credentials and bodies are never kept.
+// has one, its query string (where some gateways take a key) and its body:
+// an SDK's retry resends exactly these. Only an attempt that reached the
+// gateway and did not succeed makes a later one a retry, and only within
+// the retry window after it ended; an attempt that never reached the
+// gateway (its caller gave up while it queued, it timed out in the queue,
+// it was refused) leaves no place to come back to. An attempt whose
+// fingerprint matches such a call, with no attempt of it in progress, is
+// that call's retry. Everything comes from this process's own memory: a
+// header such as X-Stainless-Retry-Count never moves a call up nor counts
+// it as a retry (a forged one for a call never seen gains nothing), and
+// identical requests sent side by side are separate calls, each arriving
+// when it arrives. A call that succeeds is forgotten. Fingerprints are
+// hashed with a per-process random seed; credentials and bodies are never
+// kept.
 type recall struct {
 	window time.Duration
 	seed   maphash.Seed
 
-	// mu guards calls and idle. A call with an attempt in progress is in
-	// calls only; one between attempts is also in idle, most recently ended
-	// first, so that expiry and eviction take from the back in O(1).
-	mu    sync.Mutex
-	calls map[uint64]*recalled
-	idle  list.List // of *recalled
+	// mu guards calls, idle and callers. A call with an attempt in
+	// progress is in calls only; one between attempts is also in idle,
+	// most recently ended first, so that expiry and eviction take from the
+	// back in O(1). callers counts the calls remembered of each caller.
+	mu      sync.Mutex
+	calls   map[uint64]*recalled
+	idle    list.List // of *recalled
+	callers map[uint64]int
 }
 
 type recalled struct {
 	key     uint64
+	caller  uint64
 	arrival time.Time     // of the first attempt
 	ended   time.Time     // when the last attempt ended
 	active  int           // attempts in progress
 	idle    *list.Element // in recall.idle while active is 0
 }
 
+// A Recall is a Transport's memory of recent calls (see the package
+// documentation, "Retries keep their place"). Transports that share one
+// (Transport.Recall) recognise each other's retries; a proxy that makes new
+// Transports on a reload keeps its Recall, so that a reload forgets no
+// call. It is safe for concurrent use.
+type Recall struct{ r *recall }
+
+// NewRecall returns a memory of recent calls in which an attempt that
+// ended up to window ago makes an identical one its retry (0 means
+// DefaultRetryWindow).
+func NewRecall(window time.Duration) *Recall {
+	if window <= 0 {
+		window = DefaultRetryWindow
+	}
+	return &Recall{newRecall(window)}
+}
+
 func newRecall(window time.Duration) *recall {
-	r := &recall{window: window, seed: maphash.MakeSeed(), calls: map[uint64]*recalled{}}
+	r := &recall{window: window, seed: maphash.MakeSeed(), calls: map[uint64]*recalled{}, callers: map[uint64]int{}}
 	r.idle.Init()
 	return r
 }
@@ -67,8 +100,9 @@ func newRecall(window time.Duration) *recall {
 // attempt of one caller never continues another's call.
 var credentialHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key", "Idempotency-Key"}
 
-// fingerprint identifies a model call for recall.
-func (r *recall) fingerprint(req *http.Request, lane string, body []byte) uint64 {
+// fingerprint identifies a model call for recall, and its caller (the
+// same without the body).
+func (r *recall) fingerprint(req *http.Request, lane string, body []byte) (call, caller uint64) {
 	var h maphash.Hash
 	h.SetSeed(r.seed)
 	h.WriteString(lane)
@@ -79,8 +113,11 @@ func (r *recall) fingerprint(req *http.Request, lane string, body []byte) uint64
 		}
 		h.WriteByte(1)
 	}
+	h.WriteString(req.URL.RawQuery)
+	h.WriteByte(2)
+	caller = h.Sum64()
 	h.Write(body)
-	return h.Sum64()
+	return h.Sum64(), caller
 }
 
 // attempt is one attempt of a call; its end must be reported.
@@ -92,8 +129,9 @@ type attempt struct {
 	tracked bool // the call is remembered (false for a side-by-side duplicate)
 }
 
-// begin starts an attempt of the call with fingerprint key at now.
-func (r *recall) begin(key uint64, now time.Time) attempt {
+// begin starts an attempt of the call with fingerprint key, of caller,
+// at now.
+func (r *recall) begin(key, caller uint64, now time.Time) attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expireLocked(now)
@@ -109,18 +147,32 @@ func (r *recall) begin(key uint64, now time.Time) attempt {
 			c.active++
 			return attempt{r: r, key: key, arrival: c.arrival, retry: true, tracked: true}
 		}
-		delete(r.calls, key)
+		r.forgetLocked(c)
+	}
+	if r.callers[caller] >= maxPerCaller {
+		return attempt{r: r, key: key, arrival: now} // this caller's share is full: its own calls go unremembered
 	}
 	if len(r.calls) >= maxRecalled && !r.evictLocked() {
 		return attempt{r: r, key: key, arrival: now} // all in progress: remember nothing more
 	}
-	r.calls[key] = &recalled{key: key, arrival: now, active: 1}
+	r.calls[key] = &recalled{key: key, caller: caller, arrival: now, active: 1}
+	r.callers[caller]++
 	return attempt{r: r, key: key, arrival: now, tracked: true}
 }
 
-// end reports that the attempt ended at now; done means the call is over
-// (it succeeded), so no retry can follow.
-func (a attempt) end(now time.Time, done bool) {
+// forgetLocked forgets c, which is in no list.
+func (r *recall) forgetLocked(c *recalled) {
+	delete(r.calls, c.key)
+	if r.callers[c.caller]--; r.callers[c.caller] <= 0 {
+		delete(r.callers, c.caller)
+	}
+}
+
+// end reports that the attempt ended at now. Only an attempt that was sent
+// to the gateway and did not succeed (sent, not done) leaves a place for a
+// retry; a call that succeeded, or whose attempt never reached the gateway,
+// is forgotten.
+func (a attempt) end(now time.Time, sent, done bool) {
 	if !a.tracked {
 		return
 	}
@@ -134,8 +186,8 @@ func (a attempt) end(now time.Time, done bool) {
 	if c.active--; c.active > 0 {
 		return
 	}
-	if done {
-		delete(r.calls, a.key)
+	if done || !sent {
+		r.forgetLocked(c)
 		return
 	}
 	c.ended = now
@@ -151,7 +203,7 @@ func (r *recall) expireLocked(now time.Time) {
 			return
 		}
 		r.idle.Remove(e)
-		delete(r.calls, c.key)
+		r.forgetLocked(c)
 	}
 }
 
@@ -164,7 +216,7 @@ func (r *recall) evictLocked() bool {
 	}
 	c := e.Value.(*recalled)
 	r.idle.Remove(e)
-	delete(r.calls, c.key)
+	r.forgetLocked(c)
 	return true
 }
 

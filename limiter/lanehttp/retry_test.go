@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,10 +117,11 @@ func TestOpenAIRetryKeepsItsPlace(t *testing.T) {
 	if got := strings.Join(r.gw.ids(), ","); got != "F,E,F,L,X" {
 		t.Fatalf("gateway order %s, want F,E,F,L,X: the retry ahead of L, the forged retry last", got)
 	}
-	if u := r.snapshot().Upstream; u == nil || u.Retries != 2 || u.ServerErrors != 1 {
-		// F's retry (recognised, and marked by openai-go) and X (marked by
-		// its header: counted as the client says, but not moved up).
-		t.Fatalf("upstream %+v, want 2 retries and 1 server error", u)
+	if u := r.snapshot().Upstream; u == nil || u.Retries != 1 || u.ServerErrors != 1 {
+		// F's retry, recognised. X's header is only the client's claim: it
+		// neither moves X up nor counts as a retry (a forged one on fresh
+		// calls would make the lane read gateway_degraded).
+		t.Fatalf("upstream %+v, want 1 retry and 1 server error", u)
 	}
 }
 
@@ -178,7 +180,7 @@ func TestResendRecognisedWithoutHeaders(t *testing.T) {
 	if code := send("sk-a"); code != 503 {
 		t.Fatalf("first attempt %d", code)
 	}
-	clock.Advance(40 * time.Second)
+	clock.Advance(20 * time.Second) // within the retry window (30 s)
 	if code := send("sk-a"); code != 200 {
 		t.Fatalf("resend %d", code)
 	}
@@ -187,7 +189,67 @@ func TestResendRecognisedWithoutHeaders(t *testing.T) {
 		t.Fatalf("other caller %d", code)
 	}
 	got := []time.Time{<-arrivals, <-arrivals, <-arrivals}
-	if !got[0].Equal(t0) || !got[1].Equal(t0) || !got[2].Equal(t0.Add(41*time.Second)) {
+	if !got[0].Equal(t0) || !got[1].Equal(t0) || !got[2].Equal(t0.Add(21*time.Second)) {
 		t.Fatalf("arrivals %v, want the first attempt's twice, then the other caller's own", got)
+	}
+}
+
+// The pre-registration attack: a bulk call sent and canceled while it
+// queued, again and again within the retry window, then sent for real, gets no better place than a
+// fresh call: its arrival is its own, and a bulk call sent just before it
+// goes first. (A genuine SDK retry after a 5xx keeps its place:
+// TestOpenAIRetryKeepsItsPlace.)
+func TestCanceledWhileQueuedLeavesNoPlace(t *testing.T) {
+	r := newRig(t, on(1))
+	held := r.hold()
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"the attacker's"}]}`
+	try := func(id string, cancelQueued bool) chan error {
+		ctx, cancel := context.WithCancel(callCtx(id, limiter.Bulk))
+		req := chatRequest(t, r.gw.url(), body).WithContext(ctx)
+		req.Header.Set("Authorization", "Bearer sk-attacker")
+		req.Header.Set("X-Test-Call", id)
+		done := make(chan error, 1)
+		go func() {
+			res, err := r.hc.Do(req)
+			if err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+			done <- err
+		}()
+		r.waitEnqueued(id)
+		if cancelQueued {
+			cancel()
+			<-done
+		} else {
+			t.Cleanup(cancel)
+		}
+		return done
+	}
+	for i := range 3 { // every 20 s: inside the retry window
+		try("pre"+strconv.Itoa(i), true)
+		r.clock.Advance(20 * time.Second)
+	}
+	control := make(chan error, 1)
+	go func() {
+		req := chatRequest(t, r.gw.url(), `{"model":"`+model+`","messages":[{"role":"user","content":"control"}]}`).WithContext(callCtx("control", limiter.Bulk))
+		req.Header.Set("X-Test-Call", "control")
+		res, err := r.hc.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		control <- err
+	}()
+	r.waitEnqueued("control")
+	real := try("real", false)
+	held.Release()
+	for _, c := range []chan error{control, real} {
+		if err := recv(t, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Join(r.gw.ids(), ","); got != "control,real" {
+		t.Fatalf("gateway order %s, want control,real: the canceled attempts left the attacker no place", got)
 	}
 }

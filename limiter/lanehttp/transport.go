@@ -65,6 +65,10 @@ type Transport struct {
 	// DefaultRetryWindow, and a negative value turns recognition off.
 	RetryWindow time.Duration
 
+	// Recall, if set, is the memory of recent calls to use (and share),
+	// in place of one of the Transport's own made from RetryWindow.
+	Recall *Recall
+
 	recallOnce sync.Once
 	recall     *recall
 }
@@ -74,6 +78,8 @@ type Transport struct {
 func (t *Transport) recalls() *recall {
 	t.recallOnce.Do(func() {
 		switch {
+		case t.Recall != nil:
+			t.recall = t.Recall.r
 		case t.RetryWindow == 0:
 			t.recall = newRecall(DefaultRetryWindow)
 		case t.RetryWindow > 0:
@@ -166,7 +172,7 @@ func Abandon(req *http.Request) {
 	if !ok || a.res != nil || a.err != nil || !a.taken.CompareAndSwap(false, true) {
 		return // not admitted, refused (no slot), or taken by a round trip
 	}
-	a.at.end(a.t.Limiter.Clock().Now(), false)
+	a.at.end(a.t.Limiter.Clock().Now(), false, false)
 	a.slot.Release()
 }
 
@@ -201,7 +207,7 @@ func (t *Transport) acquire(a *admission, req *http.Request) {
 
 // refuse records the refusal of a's acquisition with err.
 func (t *Transport) refuse(a *admission, req *http.Request, err error) {
-	a.at.end(t.Limiter.Clock().Now(), false)
+	a.at.end(t.Limiter.Clock().Now(), false, false)
 	if a.res = t.refusal(req, a.lane, err); a.res == nil {
 		a.err = err
 	}
@@ -250,7 +256,8 @@ func (t *Transport) prepare(req *http.Request) *admission {
 	// the arrival itself.
 	if _, set := limiter.ArrivalFrom(req.Context()); !set {
 		if r := t.recalls(); r != nil {
-			a.at = r.begin(r.fingerprint(req, a.lane, a.body), t.Limiter.Clock().Now())
+			call, caller := r.fingerprint(req, a.lane, a.body)
+			a.at = r.begin(call, caller, t.Limiter.Clock().Now())
 		}
 	}
 	return a
@@ -305,9 +312,7 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot, at attempt) (*http.Response, error) {
 	clock := t.Limiter.Clock()
 	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body)}
-	if v := req.Header.Get("X-Stainless-Retry-Count"); at.retry || (v != "" && v != "0") {
-		x.retry = true
-	}
+	x.retry = at.retry // recognised from this transport's memory, never from what the client claims
 	out := req
 	lost := slot.Lost()
 	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 || lost != nil {
