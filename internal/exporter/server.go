@@ -50,7 +50,7 @@ type Server struct {
 	queued     *semaphore.Weighted // bytes of request bodies held, bounded by limits.max_queued_bytes
 	// recall is the memory of recent calls every upstream's transport
 	// shares, across reloads, so that a reload forgets no retry.
-	recall *lanehttp.Recall
+	recall     *lanehttp.Recall
 	lifecycle  bool
 	stopping   atomic.Bool // shutdown has begun: not ready, every call refused
 	propagator propagation.TextMapPropagator
