@@ -262,7 +262,8 @@ func (b *Backend) fallback(ctx context.Context, r limiter.Request, deadline time
 // setLocal puts the fallback lanes under the lane's settings, with
 // LocalMaxInflight for the limit.
 func (b *Backend) setLocal(lane limiter.Config) {
-	want := limiter.Config{MaxInflight: b.cfg.LocalMaxInflight, InteractiveReserve: lane.InteractiveReserve, QueueTimeout: lane.QueueTimeout}
+	want := limiter.Config{MaxInflight: b.cfg.LocalMaxInflight, InteractiveReserve: lane.InteractiveReserve, QueueTimeout: lane.QueueTimeout,
+		MaxLanes: lane.MaxLanes, LaneIdleTTL: lane.LaneIdleTTL} // bounded as the shared lanes are
 	if b.local.Config() != want {
 		b.local.SetConfig(want)
 	}

@@ -28,18 +28,19 @@ var laneLua string
 // limiter.New with limiter.WithBackend, and Close it after the limiter's
 // last call.
 type Backend struct {
-	cfg     Config
-	url     *url.URL // for redacting its password from errors
-	rdb     redis.UniversalClient
-	script  *redis.Script
-	channel string
-	suffix  string // this process's random part of every id it asks for
-	log     *slog.Logger
-	local   *limiter.Limiter // the fallback lanes, with OnRedisDown "local"
-	sub     *redis.PubSub
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	tags    sync.Map // lane key → *laneKeys
+	cfg       Config
+	url       *url.URL // for redacting its password from errors
+	rdb       redis.UniversalClient
+	script    *redis.Script
+	channel   string
+	suffix    string // this process's random part of every id it asks for
+	log       *slog.Logger
+	local     *limiter.Limiter // the fallback lanes, with OnRedisDown "local"
+	sub       *redis.PubSub
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	tags      sync.Map // lane key → *laneKeys
 
 	// mu guards the maps of what this process holds and waits for (the
 	// renewal loop walks them; Acquire and Release add and remove) and
@@ -63,7 +64,14 @@ type laneKeys struct {
 	// every op that may grant (a release, a lapsed lease swept) grants
 	// under them. nil until then: such ops grant nothing.
 	cfg atomic.Pointer[limiter.Config]
+	// used is when the lane was last looked up (unix ns): a lane unused
+	// for forgetAfter, with nothing held or waiting, is forgotten (prune).
+	used atomic.Int64
 }
+
+// forgetAfter is how long a lane's keys are kept in memory unused: as long
+// as Redis keeps them (lane.lua expires them after four lease TTLs).
+func (b *Backend) forgetAfter() time.Duration { return 4 * b.cfg.LeaseTTL }
 
 // New connects to Redis (it does not wait for it: a Redis that is down at
 // start means the fallback until it answers) and starts the renewal loop
@@ -95,8 +103,14 @@ func New(cfg Config) (*Backend, error) {
 }
 
 // Close stops the loops and closes the connections. Slots still held are
-// left to their leases.
+// left to their leases. A second Close does nothing.
 func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() { err = b.close() })
+	return err
+}
+
+func (b *Backend) close() error {
 	close(b.stop)
 	b.sub.Close()
 	b.wg.Wait()
@@ -118,7 +132,9 @@ func (b *Backend) Process() string { return b.cfg.Process }
 
 func (b *Backend) keysOf(lane string) *laneKeys {
 	if v, ok := b.tags.Load(lane); ok {
-		return v.(*laneKeys)
+		lk := v.(*laneKeys)
+		lk.used.Store(time.Now().UnixNano())
+		return lk
 	}
 	h := fnv.New64a()
 	h.Write([]byte(lane))
@@ -127,8 +143,38 @@ func (b *Backend) keysOf(lane string) *laneKeys {
 	for _, k := range []string{"h", "hc", "qx", "qc", "q0", "q1", "q2", "g", "m"} {
 		lk.keys = append(lk.keys, b.cfg.KeyPrefix+":{"+tag+"}:"+k)
 	}
+	lk.used.Store(time.Now().UnixNano())
 	v, _ := b.tags.LoadOrStore(lane, lk)
 	return v.(*laneKeys)
+}
+
+// prune forgets the lanes unused for forgetAfter that this process holds
+// nothing in and waits for nothing in, so that the lanes a process has
+// ever seen do not pile up (a later call simply looks the lane up again).
+func (b *Backend) prune(now time.Time) {
+	inUse := map[*laneKeys]bool{}
+	b.mu.Lock()
+	for _, l := range b.leases {
+		inUse[l.lk] = true
+	}
+	for _, w := range b.waiters {
+		inUse[w.lk] = true
+	}
+	b.mu.Unlock()
+	b.tags.Range(func(k, v any) bool {
+		lk := v.(*laneKeys)
+		if !inUse[lk] && now.Sub(time.Unix(0, lk.used.Load())) > b.forgetAfter() {
+			b.tags.CompareAndDelete(k, v)
+		}
+		return true
+	})
+}
+
+// laneCount returns how many lanes the backend has in memory.
+func (b *Backend) laneCount() int {
+	n := 0
+	b.tags.Range(func(_, _ any) bool { n++; return true })
+	return n
 }
 
 // run runs one op of lane.lua for lane lk, under the lane's settings.

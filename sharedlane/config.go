@@ -1,6 +1,7 @@
 package sharedlane
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -186,25 +188,111 @@ func noMaint() *maintnotifications.Config {
 	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
-// Redact returns raw with the password of its user information replaced,
-// for logs and errors.
+// Redact returns raw with every secret it may hold replaced by "xxxxx",
+// for logs and errors: the password of its user information, and the
+// values of the query parameters that may carry one (password,
+// sentinel_password, any whose name holds "pass", "secret", "token" or
+// "key"); its fragment is dropped. A URL that does not parse is not shown
+// at all: what could not be parsed cannot be redacted.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	if err != nil {
+		return "(a Redis URL that does not parse, not shown: it may hold a password)"
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	u.Fragment, u.RawFragment = "", ""
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = "xxxxx"
+		} else {
+			for k := range q {
+				if secretKey(k) {
+					q[k] = []string{"xxxxx"}
+				}
+			}
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.String()
 }
 
-func redactErr(err error, u *url.URL) string {
-	s := err.Error()
-	if u != nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			s = strings.ReplaceAll(s, p, "xxxxx")
+// secretKey reports whether a query parameter's value may be a secret.
+func secretKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, w := range []string{"pass", "secret", "token", "key"} {
+		if strings.Contains(k, w) {
+			return true
 		}
 	}
-	return s
+	return false
+}
+
+// secrets returns what Redact hides in u.
+func secrets(u *url.URL) []string {
+	var out []string
+	if u == nil {
+		return nil
+	}
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			out = append(out, p)
+		}
+	}
+	if u.Fragment != "" {
+		out = append(out, u.Fragment)
+	}
+	for k, vs := range u.Query() {
+		if secretKey(k) {
+			for _, v := range vs {
+				if v != "" {
+					out = append(out, v)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// redactErr returns err's text with u's secrets, and any that look like
+// one, hidden.
+func redactErr(err error, u *url.URL) string {
+	s := err.Error()
+	for _, p := range secrets(u) {
+		s = strings.ReplaceAll(s, p, "xxxxx")
+	}
+	return redactSecrets(s)
+}
+
+// secretInText finds what looks like a secret in free text: the password
+// of a URL's user information, and a password-like query parameter's
+// value.
+var secretInText = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s/]*@|((?i)[a-z_]*(?:pass|secret|token)[a-z_]*=)[^&\s"]*`)
+
+// redactSecrets hides in s what looks like a secret (see secretInText).
+func redactSecrets(s string) string {
+	return secretInText.ReplaceAllStringFunc(s, func(m string) string {
+		if strings.HasPrefix(m, "://") {
+			return m[:strings.LastIndexByte(m[:len(m)-1], ':')+1] + "xxxxx@"
+		}
+		return m[:strings.IndexByte(m, '=')+1] + "xxxxx"
+	})
+}
+
+// RedisLogsTo sends what go-redis logs on its own (a pool that cannot
+// dial, a Sentinel's new master) through log, at warning level, with its
+// secrets redacted as Redact does, instead of go-redis's unstructured lines
+// on stderr. go-redis has one logger for the whole process, so this is for
+// a program to call once, at start (lanes-exporter does); a library using
+// this package leaves it alone.
+func RedisLogsTo(log *slog.Logger) { redis.SetLogger(redisLog{log}) }
+
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis: "+redactSecrets(fmt.Sprintf(format, v...)))
 }

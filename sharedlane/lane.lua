@@ -275,6 +275,8 @@ elseif op == 'state' then
 else
   return redis.error_reply('unknown op ' .. tostring(op))
 end
--- The counter and the lane's name outlive the lane by a few leases, then go.
-redis.call('PEXPIRE', M, ttl * 4)
+-- Every key of the lane outlives its last op by four leases, then goes: a
+-- lane whose holders died (SIGKILL) and that nobody calls again leaves
+-- nothing behind. Any live holder or waiter renews it well before.
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl * 4) end
 return out

@@ -168,6 +168,7 @@ func (b *Backend) renewLoop() {
 		if now := time.Now(); failed || now.Sub(renewed) >= b.renewEvery() {
 			if failed = !b.renew(); !failed {
 				renewed = now
+				b.prune(now)
 			}
 		}
 		// A slot whose lease may have lapsed in Redis must stop now,

@@ -506,3 +506,74 @@ func TestReclaimRacingRelease(t *testing.T) {
 	}
 	noResidue(t, r)
 }
+
+// A holder that dies (its backend closed without releasing: no renewal,
+// no release) leaves nothing in Redis once nobody calls its lane: every key
+// of the lane expires four lease TTLs after the lane's last op. (Before,
+// the holders' keys had no TTL and stayed for ever.)
+func TestDeadHolderLeavesNoKeys(t *testing.T) {
+	r := startRedis(t)
+	p := newProcess(t, r.URL(), "doomed", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute})
+	c := p.start(context.Background(), limiter.Default).wait(t)
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if len(r.Keys()) == 0 {
+		t.Fatal("no keys for the held slot")
+	}
+	p.b.Close() // dies holding its slot
+	for deadline := time.Now().Add(15 * time.Second); len(r.Keys()) > 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a dead holder's lane still has %v in Redis after four lease TTLs", r.Keys())
+		}
+	}
+}
+
+// The lanes a process has seen are forgotten from its memory once unused
+// for four lease TTLs with nothing held or waiting: they do not pile up.
+func TestLanesForgottenWhenUnused(t *testing.T) {
+	r := startRedis(t)
+	p := newProcess(t, r.URL(), "p", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute})
+	for i := range 50 {
+		s, err := p.lim.Acquire(context.Background(), fmt.Sprintf("https://gw/v1|model-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+	}
+	held, err := p.lim.Acquire(context.Background(), lane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	if n := p.b.laneCount(); n != 51 {
+		t.Fatalf("%d lanes in memory, want 51", n)
+	}
+	for deadline := time.Now().Add(15 * time.Second); p.b.laneCount() != 1; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lanes still in memory, want the one held", p.b.laneCount())
+		}
+	}
+}
+
+// The fallback lanes (Redis unreachable, on_redis_down local) are bounded
+// as the shared ones are: max_lanes and lane_idle_ttl apply, so lanes that
+// came and went leave nothing behind.
+func TestFallbackLanesBounded(t *testing.T) {
+	p := newProcess(t, "redis://127.0.0.1:1", "alone", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute, MaxLanes: 100, LaneIdleTTL: time.Second})
+	for i := range 20 {
+		s, err := p.lim.Acquire(context.Background(), fmt.Sprintf("https://gw/v1|model-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+	}
+	if c := p.b.local.Config(); c.MaxLanes != 100 || c.LaneIdleTTL != time.Second {
+		t.Fatalf("the fallback lanes run with max_lanes %d and lane_idle_ttl %s, want the lane's 100 and 1s", c.MaxLanes, c.LaneIdleTTL)
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.b.local.Lanes() != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d fallback lanes still kept after lane_idle_ttl", p.b.local.Lanes())
+		}
+	}
+}

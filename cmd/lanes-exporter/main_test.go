@@ -178,3 +178,25 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// --check-config never echoes a Redis URL's secret: a password in its user
+// information, a Sentinel's ?password=, both, or a URL that does not parse
+// (as internal/exporter's TestRedisURLsRedacted does for the log).
+func TestCheckConfigRedactsRedisURLs(t *testing.T) {
+	for i, u := range []string{
+		"redis://user:SECRET-1@127.0.0.1:1/0",
+		"redis://127.0.0.1:1/0?master_name=lanes&password=SECRET-2",
+		"redis://:SECRET-3@127.0.0.1:1/0?master_name=lanes&password=SECRET-4&addr=127.0.0.1:2",
+		"redis://:Xy#SECRET-5@h:6379/0",
+	} {
+		file := filepath.Join(t.TempDir(), "lanes.yaml")
+		os.WriteFile(file, []byte(fmt.Sprintf("upstreams: [{name: gw, base_url: \"https://gw/v1\"}]\nshared: {redis_url: %q, lease_ttl: -1s}\n", u)), 0o600)
+		var out, errOut bytes.Buffer
+		if c := run([]string{"--check-config", file}, &out, &errOut); c != 1 {
+			t.Fatalf("form %d: --check-config exit %d, want 1 (a bad lease_ttl)", i, c)
+		}
+		if all := out.String() + errOut.String(); strings.Contains(all, "SECRET") || !strings.Contains(all, "shared") {
+			t.Fatalf("form %d: --check-config says %q", i, all)
+		}
+	}
+}

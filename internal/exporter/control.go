@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )
@@ -75,5 +78,52 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // slogLogger sends what net/http logs (a reverse proxy's errors, a
-// server's) through log, at warning level.
-func slogLogger(l *slog.Logger) *log.Logger { return slog.NewLogLogger(l.Handler(), slog.LevelWarn) }
+// server's) through log, at warning level, at most logBurst lines at once
+// and one a second after that (see limitedLog).
+func slogLogger(l *slog.Logger) *log.Logger {
+	return log.New(newLimitedLog(l, time.Now), "", 0)
+}
+
+func newLimitedLog(l *slog.Logger, now func() time.Time) *limitedLog {
+	return &limitedLog{log: l, now: now, tokens: logBurst, at: now()}
+}
+
+// logBurst is how many of net/http's lines pass at once before the rate
+// of one a second applies.
+const logBurst = 20
+
+// limitedLog writes net/http's log lines to a slog logger at warning
+// level, no faster than a token bucket of logBurst refilled one a second:
+// a client that floods the server with bad frames (an HTTP/2 client can
+// make it log a line a frame) must not flood the log, nor fill a disk.
+// The first line let through after some were dropped says how many.
+type limitedLog struct {
+	log     *slog.Logger
+	now     func() time.Time
+	mu      sync.Mutex
+	tokens  float64
+	at      time.Time // of the last refill
+	dropped int
+}
+
+func (w *limitedLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	now := w.now()
+	w.tokens = min(logBurst, w.tokens+now.Sub(w.at).Seconds())
+	w.at = now
+	if w.tokens < 1 {
+		w.dropped++
+		w.mu.Unlock()
+		return len(p), nil
+	}
+	w.tokens--
+	dropped := w.dropped
+	w.dropped = 0
+	w.mu.Unlock()
+	if dropped > 0 {
+		w.log.Warn(strings.TrimSpace(string(p)), "dropped_before", dropped)
+	} else {
+		w.log.Warn(strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -261,5 +262,26 @@ func TestHealthyAndReady(t *testing.T) {
 	}
 	if code, _ := get(t, h.base+"/-/healthy"); code != 200 {
 		t.Fatalf("/-/healthy during shutdown: %d", code)
+	}
+}
+
+// net/http's log lines (an HTTP/2 client can make the server log one a
+// frame) pass at most logBurst at once, then one a second, and the next
+// line let through says how many were dropped.
+func TestServerLogRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC)
+	l := log.New(newLimitedLog(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now }), "", 0)
+	for i := range 75000 { // a flood within one instant
+		l.Printf("http2: bad frame %d", i)
+	}
+	if lines := strings.Count(buf.String(), "\n"); lines != logBurst {
+		t.Fatalf("%d lines logged of 75,000 at once, want the burst, %d", lines, logBurst)
+	}
+	now = now.Add(time.Second) // a token back
+	l.Printf("http2: one more")
+	l.Printf("http2: and one too many")
+	if lines := strings.Count(buf.String(), "\n"); lines != logBurst+1 || !strings.Contains(buf.String(), "dropped_before=74980") {
+		t.Fatalf("after a second: %d lines, want %d, the last with the count dropped:\n%s", lines, logBurst+1, buf.String()[len(buf.String())-300:])
 	}
 }

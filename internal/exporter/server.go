@@ -116,6 +116,7 @@ func New(cfg *Config, o Options) (*Server, error) {
 	if cfg.Shared != nil {
 		sc := cfg.Shared.sharedlane()
 		sc.Log = s.log
+		sharedlane.RedisLogsTo(s.log) // go-redis's own lines too, structured and redacted
 		if s.shared, err = sharedlane.New(sc); err != nil {
 			return nil, err
 		}
