@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -186,26 +188,73 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 }
 
 // SharedStateTimeout bounds how long Snapshot waits for a Backend's
-// global figures.
-const SharedStateTimeout = 2 * time.Second
+// global figures; past it, a lane shows the last figures read, with their
+// age (Shared.FiguresAge).
+const SharedStateTimeout = time.Second
+
+// sharedCache is the last global figures read from the Backend, by lane,
+// with when each was read (on the system clock: it bounds waits for the
+// store, not lane time). reading is set while one snapshot reads the
+// store: a snapshot taken meanwhile shows the figures as they are, with
+// their age, rather than wait too.
+type sharedCache struct {
+	mu      sync.Mutex
+	lanes   map[string]sharedRead
+	reading bool
+}
+
+type sharedRead struct {
+	SharedLane
+	at time.Time
+}
 
 // mergeShared puts the backend's global figures into the snapshot's lanes.
-// A lane the backend cannot report keeps this process's own figures, and
-// says so in Shared.State.
+// It waits for the store at most SharedStateTimeout, and not at all while
+// another snapshot does; a lane the store does not report in time shows
+// its last figures, and how old they are. A lane the store has never
+// reported keeps this process's own figures, and says so in Shared.State.
 func (l *Limiter) mergeShared(lanes []LaneSnapshot, now time.Time) {
-	keys := make([]string, len(lanes))
-	for i, s := range lanes {
-		keys[i] = s.Lane
+	c := &l.shared
+	c.mu.Lock()
+	ask := !c.reading
+	c.reading = true
+	c.mu.Unlock()
+	if ask {
+		keys := make([]string, len(lanes))
+		for i, s := range lanes {
+			keys[i] = s.Lane
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), SharedStateTimeout)
+		global := l.backend.Lanes(ctx, keys)
+		cancel()
+		at := time.Now()
+		c.mu.Lock()
+		if c.lanes == nil {
+			c.lanes = map[string]sharedRead{}
+		}
+		for k, g := range global {
+			c.lanes[k] = sharedRead{g, at}
+		}
+		for k := range c.lanes { // forget lanes gone from the limiter
+			if !slices.ContainsFunc(lanes, func(s LaneSnapshot) bool { return s.Lane == k }) {
+				delete(c.lanes, k)
+			}
+		}
+		c.reading = false
+		c.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), SharedStateTimeout)
-	defer cancel()
-	global := l.backend.Lanes(ctx, keys)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wall := time.Now()
 	for i := range lanes {
 		s := &lanes[i]
-		g, ok := global[s.Lane]
+		g, ok := c.lanes[s.Lane]
 		if !ok {
 			s.Shared.State = BackendUnavailable
 			continue
+		}
+		if age := wall.Sub(g.at); age >= 50*time.Millisecond { // read for another snapshot, or long ago
+			s.Shared.FiguresAge = seconds(age.Seconds())
 		}
 		s.Shared.State, s.Shared.Holders = g.State, g.Holders
 		if g.State != BackendOK {
@@ -213,7 +262,14 @@ func (l *Limiter) mergeShared(lanes []LaneSnapshot, now time.Time) {
 		}
 		s.Inflight, s.QueuedByPriority = g.Inflight, g.QueuedByPriority
 		s.Queued = g.QueuedByPriority.Interactive + g.QueuedByPriority.Default + g.QueuedByPriority.Bulk
-		s.OldestWait = seconds(g.OldestWait.Seconds())
-		s.Saturated = s.Queued > 0 && g.QueuedFor >= saturationAfter
+		s.OldestWait = seconds((g.OldestWait + wall.Sub(g.at)*time.Duration(boolInt(s.Queued > 0))).Seconds())
+		s.Saturated = s.Queued > 0 && g.QueuedFor+wall.Sub(g.at) >= saturationAfter
 	}
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

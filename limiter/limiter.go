@@ -21,6 +21,7 @@ type Limiter struct {
 	lanes     sync.Map        // lane key → *lane
 	closed    atomic.Bool     // Shutdown has begun
 	backend   Backend         // where the slots and queues are, if not here
+	shared    sharedCache     // the backend's global figures, last read
 	down      context.Context // done once Shutdown has begun
 	shutdown  context.CancelFunc
 	waiters   sync.Pool // of *waiter: see waiter

@@ -68,6 +68,10 @@ type Shared struct {
 	ProcessQueued   QueuedByPriority `json:"process_queued_by_priority"`
 	// Holders counts the slots held, by process name; null when unknown.
 	Holders map[string]int `json:"holders"`
+	// FiguresAge is how old the global figures are: 0 when they were read
+	// for this snapshot (or its scrape); more when the store did not answer
+	// within SharedStateTimeout and the last figures read are shown.
+	FiguresAge Seconds `json:"figures_age_s"`
 }
 
 // QueuedByPriority counts waiters by their own class.

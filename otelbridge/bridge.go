@@ -39,6 +39,7 @@ type Bridge struct {
 	// trace has no span to make, nor anything to hand on.
 	untraced bool
 	lim      atomic.Pointer[limiter.Limiter]
+	snaps    atomic.Pointer[func() limiter.Snapshot] // where Produce reads the lanes, if not lim.Snapshot
 
 	mu    sync.RWMutex // guards lanes; each laneMetrics guards itself
 	lanes map[string]*laneMetrics
@@ -68,6 +69,11 @@ func (b *Bridge) now() time.Time {
 	}
 	return time.Now()
 }
+
+// UseSnapshots makes the gauges read the lanes from snap rather than from
+// the watched limiter's Snapshot: for a caller that takes one snapshot per
+// scrape and hands it to every producer (package telemetry does).
+func (b *Bridge) UseSnapshots(snap func() limiter.Snapshot) { b.snaps.Store(&snap) }
 
 // Watch makes the gauges report lim's lanes. Pass b.Observe to limiter.New
 // as an observer first; the two steps are separate because each needs the

@@ -143,7 +143,9 @@ func (b *Bridge) forget(lane string) {
 func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	now := b.now()
 	var snap limiter.Snapshot
-	if lim := b.lim.Load(); lim != nil {
+	if f := b.snaps.Load(); f != nil {
+		snap = (*f)()
+	} else if lim := b.lim.Load(); lim != nil {
 		snap = lim.Snapshot()
 	}
 	live := make(map[string]bool, len(snap.Lanes))
@@ -173,7 +175,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		wait, first                          []metricdata.HistogramDataPoint[float64]
 		timeouts, canceled, retries, ups     []metricdata.DataPoint[int64]
 		inflight, depth, limit, reserve, sat []metricdata.DataPoint[int64]
-		oldest                               []metricdata.DataPoint[float64]
+		oldest, sharedAge                    []metricdata.DataPoint[float64]
 		holders, sharedUp                    []metricdata.DataPoint[int64]
 	)
 	sum := func(dst *[]metricdata.DataPoint[int64], m *laneMetrics, attrs attribute.Set, v int64) {
@@ -215,6 +217,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		}
 		if sh := l.Shared; sh != nil {
 			gauge(&sharedUp, a, boolInt(sh.State == limiter.BackendOK))
+			sharedAge = append(sharedAge, metricdata.DataPoint[float64]{Attributes: a, Time: now, Value: float64(sh.FiguresAge)})
 			procs := make([]string, 0, len(sh.Holders))
 			for p := range sh.Holders {
 				procs = append(procs, p)
@@ -241,7 +244,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		counter("llm.queue.timeouts", "{timeout}", "Model calls that gave up waiting for a lane slot after the queue timeout.", timeouts),
 		counter("llm.queue.cancellations", "{call}", "Model calls whose caller went away (its context ended) while they waited for a lane slot; not in the wait histogram.", canceled),
 		counter("llm.upstream.requests", "{request}", "Exchanges with the upstream gateway, by lane and outcome.", ups),
-		counter("llm.upstream.retries", "{retry}", "Exchanges that were retries of a call: recognised by the transport or marked by the SDK (X-Stainless-Retry-Count above 0).", retries),
+		counter("llm.upstream.retries", "{retry}", "Exchanges that were retries of a call, as the transport recognised them (never from what the client claims).", retries),
 		hist("llm.upstream.first_byte", "s", "Time from sending a model call to the first byte of its response body (first token of a stream).", first),
 		igauge("llm.inflight", "{call}", "Model calls holding a lane slot.", inflight),
 		igauge("llm.queue.depth", "{call}", "Model calls waiting for a lane slot, by class.", depth),
@@ -254,7 +257,9 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
 		ms = append(ms,
 			igauge("llm.shared.up", "", "1 while a shared lane's store (Redis) is reachable, 0 while this process falls back or refuses calls.", sharedUp),
-			igauge("llm.shared.holders", "{call}", "Slots of a shared lane held, by process.", holders))
+			igauge("llm.shared.holders", "{call}", "Slots of a shared lane held, by process.", holders),
+			metricdata.Metrics{Name: "llm.shared.figures_age", Unit: "s", Description: "How old a shared lane's global figures are: 0 when read for this scrape, more when the store (Redis) did not answer in time and the last ones read are shown.",
+				Data: metricdata.Gauge[float64]{DataPoints: sharedAge}})
 	}
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}}, nil
 }

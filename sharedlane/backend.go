@@ -177,18 +177,43 @@ func (b *Backend) laneCount() int {
 	return n
 }
 
-// run runs one op of lane.lua for lane lk, under the lane's settings.
-func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any) (any, error) {
+// argv is lane.lua's arguments for op on lane lk, under the lane's
+// settings.
+func (b *Backend) argv(lk *laneKeys, op string, args ...any) []any {
 	limit, reserve := 0, 0 // grant nothing
 	if cfg := lk.cfg.Load(); cfg != nil {
 		limit, reserve = cfg.MaxInflight, cfg.Reserve()
 	}
-	argv := append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds()}, args...)
-	v, err := b.script.Run(ctx, b.rdb, lk.keys, argv...).Result()
+	return append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds()}, args...)
+}
+
+// run runs one op of lane.lua for lane lk, under the lane's settings.
+func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any) (any, error) {
+	v, err := b.script.Run(ctx, b.rdb, lk.keys, b.argv(lk, op, args...)...).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
 	return v, err
+}
+
+// states runs lane.lua's state op for every lane of lks in one pipeline:
+// one round trip for a snapshot, however many lanes (a Cluster splits it
+// by node). The script is loaded first if Redis does not have it.
+func (b *Backend) states(ctx context.Context, lks []*laneKeys) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := b.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(lks))
+		for i, lk := range lks {
+			cmds[i] = b.script.EvalSha(ctx, pipe, lk.keys, b.argv(lk, "state")...)
+		}
+		_, err := pipe.Exec(ctx)
+		if err == nil || attempt > 0 || !strings.Contains(err.Error(), "NOSCRIPT") {
+			return cmds, err
+		}
+		if err := b.script.Load(ctx, b.rdb).Err(); err != nil {
+			return cmds, err
+		}
+	}
 }
 
 // listen wakes the waiters named in grant messages.
@@ -256,13 +281,18 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 		}
 		return out
 	}
-	for _, k := range keys {
-		v, err := b.run(ctx, b.keysOf(k), "state")
+	lks := make([]*laneKeys, len(keys))
+	for i, k := range keys {
+		lks[i] = b.keysOf(k)
+	}
+	cmds, err := b.states(ctx, lks)
+	if err != nil && ctx.Err() == nil && !isScriptError(err) {
+		b.markDown(err)
+	}
+	for i, k := range keys {
+		v, err := cmds[i].Result()
 		if err != nil {
-			if ctx.Err() == nil && !isScriptError(err) {
-				b.markDown(err)
-			}
-			continue
+			continue // not known in time: the limiter shows what it read last
 		}
 		r, _ := v.([]any)
 		if len(r) < 6 {

@@ -161,6 +161,7 @@ func newClient(raw, caFile string) (redis.UniversalClient, error) {
 			return nil, bad(err)
 		}
 		withCA(o.TLSConfig)
+		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o), nil
 	case q.Has("addr") || q.Get("cluster") == "true":
 		q.Del("cluster")
@@ -171,6 +172,7 @@ func newClient(raw, caFile string) (redis.UniversalClient, error) {
 		}
 		withCA(o.TLSConfig)
 		o.MaintNotificationsConfig = noMaint()
+		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(raw)
@@ -179,6 +181,7 @@ func newClient(raw, caFile string) (redis.UniversalClient, error) {
 	}
 	withCA(o.TLSConfig)
 	o.MaintNotificationsConfig = noMaint()
+	o.ContextTimeoutEnabled = true // a deadline bounds a command's wait for Redis, not only its read timeout
 	return redis.NewClient(o), nil
 }
 

@@ -763,3 +763,60 @@ func TestRedisStallCutsNoCall(t *testing.T) {
 		})
 	}
 }
+
+// A scrape never waits long on Redis: with Redis frozen, /metrics answers
+// within SharedStateTimeout (1 s) and its rendering, with the last global
+// figures read and their age (llmlanes_llm_shared_figures_age_seconds, and
+// the snapshot's shared.figures_age_s); once Redis answers, fresh again.
+func TestScrapeWithRedisFrozen(t *testing.T) {
+	r := startRedis(t)
+	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Millisecond, Tokens: 2, PropagateDisconnect: true})
+	p := startExporter(t, gw.URL, r.URL(), "p", 4, ", lease_ttl: 5s")
+	r.WaitUptime(6 * time.Second)
+	if o, err := p.call("default", 0); o != completed {
+		t.Fatalf("a call: %s %v", o, err)
+	}
+	scrape := func() (string, time.Duration) {
+		start := time.Now()
+		res, err := http.Get("http://" + p.addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return string(b), time.Since(start)
+	}
+	age := func(metrics string) float64 {
+		for _, line := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(line, "llmlanes_llm_shared_figures_age_seconds{") {
+				var v float64
+				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+				return v
+			}
+		}
+		t.Fatalf("no llmlanes_llm_shared_figures_age_seconds in:\n%s", metrics)
+		return 0
+	}
+	if m, _ := scrape(); age(m) != 0 {
+		t.Fatalf("fresh figures are %v s old", age(m))
+	}
+	r.Freeze()
+	defer r.Thaw()
+	time.Sleep(1500 * time.Millisecond) // the last figures read grow old
+	for range 3 {
+		m, took := scrape()
+		t.Logf("a scrape with Redis frozen took %s; figures %v s old", took.Round(time.Millisecond), age(m))
+		// The bound is SharedStateTimeout, 1 s, plus rendering the scrape.
+		if took > 2*time.Second {
+			t.Fatalf("a scrape with Redis frozen took %s", took)
+		}
+		if age(m) < 1 {
+			t.Fatalf("the figures shown are %v s old: not said to be stale", age(m))
+		}
+	}
+	if s := p.snapshot(t)["shared"].(map[string]any); s["figures_age_s"].(float64) < 1 {
+		t.Fatalf("the snapshot's shared block: %v", s)
+	}
+	r.Thaw()
+	eventually(t, "fresh figures again", func() bool { m, _ := scrape(); return age(m) == 0 })
+}

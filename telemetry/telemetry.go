@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,12 @@ type Telemetry struct {
 	thresholds atomic.Pointer[classify.Thresholds]
 	sources    atomic.Pointer[func() []Source]
 	upstreams  atomic.Pointer[map[string]string] // name → base URL, spelt as limiter.BaseKey spells it
+	metrics    http.Handler
+	// A scrape takes one snapshot, pinned for its producers and collectors
+	// (lane gauges, lane states, budgets) while it runs: with shared lanes,
+	// one read of the store per scrape. scrape serializes scrapes.
+	scrape sync.Mutex
+	pinned atomic.Pointer[limiter.Snapshot]
 }
 
 // SetUpstreams names the upstreams this process calls: name → base URL.
@@ -149,6 +156,8 @@ func New(o Options) (*Telemetry, error) {
 	}
 	t := &Telemetry{reg: reg, bridge: b}
 	t.thresholds.Store(&th)
+	t.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	b.UseSnapshots(t.Snapshot)
 	// Every lane metric comes from a Producer (the bridge's, and the lane
 	// states'), not from SDK instruments, so that an evicted lane's series
 	// end with it; the meter provider is what the reader needs to collect.
@@ -233,12 +242,25 @@ func (t *Telemetry) SetThresholds(th classify.Thresholds) error {
 func (t *Telemetry) Shutdown(ctx context.Context) error { return t.mp.Shutdown(ctx) }
 
 // Snapshot returns the watched limiter's snapshot (off when none is
-// watched).
+// watched); during a scrape of /metrics, the one that scrape took.
 func (t *Telemetry) Snapshot() limiter.Snapshot {
+	if p := t.pinned.Load(); p != nil {
+		return *p
+	}
 	if lim := t.lim.Load(); lim != nil {
 		return lim.Snapshot()
 	}
 	return limiter.Snapshot{}
+}
+
+// serveMetrics answers a scrape from one snapshot, pinned while it runs.
+func (t *Telemetry) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	t.scrape.Lock()
+	defer t.scrape.Unlock()
+	snap := t.Snapshot()
+	t.pinned.Store(&snap)
+	defer t.pinned.Store(nil)
+	t.metrics.ServeHTTP(w, r)
 }
 
 // Classify classifies every lane of the snapshot, then every lane of the
@@ -272,7 +294,7 @@ const (
 
 // Register adds the routes to mux.
 func (t *Telemetry) Register(mux *http.ServeMux) {
-	mux.Handle(MetricsPath, readOnly(promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})))
+	mux.Handle(MetricsPath, readOnly(http.HandlerFunc(t.serveMetrics)))
 	mux.Handle(SnapshotPath, readOnly(http.HandlerFunc(t.serveSnapshot)))
 	mux.Handle(ClassificationPath, readOnly(http.HandlerFunc(t.serveClassification)))
 	mux.Handle(HealthPath, readOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -176,7 +176,7 @@ func (s *Server) budgets() []Budget {
 		b.Limits[who] += limit
 		b.Total += limit
 	}
-	for _, l := range s.lim.Snapshot().Lanes {
+	for _, l := range s.tel.Snapshot().Lanes { // a scrape's own snapshot, while it runs
 		add(l.Lane, "self", l.Limit)
 	}
 	for _, src := range s.targets().sources() {
