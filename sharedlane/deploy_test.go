@@ -1,7 +1,6 @@
 package sharedlane
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
@@ -94,7 +94,7 @@ func TestAuthNeverShown(t *testing.T) {
 	if err := (Config{URL: "redis://user:s3cret-pw@127.0.0.1:6379/notadb"}).Validate(); err == nil || strings.Contains(err.Error(), "s3cret-pw") {
 		t.Fatalf("validation: %v", err)
 	}
-	var logs bytes.Buffer
+	var logs logbuf.Buffer
 	b, err := New(Config{URL: "redis://user:s3cret-pw@127.0.0.1:1", LeaseTTL: time.Second, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

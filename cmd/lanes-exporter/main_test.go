@@ -10,10 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 )
 
 func freeAddr(t *testing.T) string {
@@ -136,7 +137,7 @@ func TestJSONLogs(t *testing.T) {
 	dead := freeAddr(t) // nothing listens there
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
 	os.WriteFile(file, []byte(fmt.Sprintf("listen: %s\nlimiter: {max_inflight: 2}\nupstreams: [{name: gw, base_url: \"http://%s/v1\"}]\n", addr, dead)), 0o600)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	code := make(chan int, 1)
 	go func() { code <- run([]string{"--config", file, "--log.format", "json"}, io.Discard, &logs) }()
 	waitFor(t, "http://"+addr+"/-/ready", "ready")
@@ -159,24 +160,6 @@ func TestJSONLogs(t *testing.T) {
 	if !sawProxyError || len(lines) < 3 {
 		t.Fatalf("the proxy's error is not in the logs:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // --check-config never echoes a Redis URL's secret: a password in its user

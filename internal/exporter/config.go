@@ -99,6 +99,7 @@ type ProxyConfig struct {
 	TLSHandshakeTimeout   Duration `yaml:"tls_handshake_timeout"`   // default 10 s
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"` // default 300 s, from when the slot is held
 	StallTimeout          Duration `yaml:"stall_timeout"`           // default 120 s
+	WriteTimeout          Duration `yaml:"write_timeout"`           // default 120 s: a client that reads nothing for it is cut
 }
 
 // LimitsConfig bounds what clients can make the exporter hold; a zero
@@ -164,6 +165,7 @@ const (
 	DefaultTLSHandshakeTimeout   = 10 * time.Second
 	DefaultResponseHeaderTimeout = 300 * time.Second
 	DefaultStallTimeout          = 120 * time.Second
+	DefaultWriteTimeout          = 120 * time.Second
 	DefaultMaxQueuedBytes        = 256 << 20
 	DefaultMaxModelBytes         = 256
 	DefaultReadHeaderTimeout     = 10 * time.Second
@@ -427,6 +429,7 @@ func (c *Config) checkBounds() error {
 		{"proxy.tls_handshake_timeout", &c.Proxy.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout},
 		{"proxy.response_header_timeout", &c.Proxy.ResponseHeaderTimeout, DefaultResponseHeaderTimeout},
 		{"proxy.stall_timeout", &c.Proxy.StallTimeout, DefaultStallTimeout},
+		{"proxy.write_timeout", &c.Proxy.WriteTimeout, DefaultWriteTimeout},
 		{"limits.lane_idle_ttl", &c.Limits.LaneIdleTTL, limiter.DefaultLaneIdleTTL},
 		{"server.read_header_timeout", &c.Server.ReadHeaderTimeout, DefaultReadHeaderTimeout},
 		{"server.idle_timeout", &c.Server.IdleTimeout, DefaultIdleTimeout},

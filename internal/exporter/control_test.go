@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
@@ -36,7 +37,7 @@ func TestConfigErrorsRedactURLs(t *testing.T) {
 		}
 	}
 	// Through a reload, its reply and the log.
-	var logs bytes.Buffer
+	var logs logbuf.Buffer
 	h := newHostile(t, "limiter: {max_inflight: 2}\nupstreams: [{name: gw, base_url: UPSTREAM}]\n",
 		Options{EnableLifecycle: true, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	os.WriteFile(h.srv.file, []byte("upstreams: [{name: gw, base_url: \"https://alice:s3cret-pass@gw.example/v1?api-key=sk-in-query\"}]\n"), 0o600)

@@ -4,38 +4,61 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+	"time"
 )
 
 // streamWriter is the ResponseWriter the reverse proxy writes an answer
-// to. The reverse proxy flushes a stream after every write, so that no
-// event waits; streamWriter skips that flush once the gateway's body has
-// ended (the read that returned the last data also returned io.EOF): the
+// to. It does two things.
+//
+// It bounds every write: a write (or flush) that cannot complete within
+// proxy.write_timeout fails, so that a client that stops reading (an
+// HTTP/2 client that keeps its window at zero, an HTTP/1.1 client that
+// reads nothing more) releases its handler, its goroutines and the
+// buffers behind them within write_timeout of its last read, rather than
+// when it closes the connection. The deadline is set before each write,
+// so a client that reads, however slowly, is never cut.
+//
+// And, when releasing the call's slot cannot block (coalesce), it skips
+// the flush after the last write: the reverse proxy flushes a stream after
+// every write, so that no event waits, and once the gateway's body has
+// ended (the read that returned the last data also returned io.EOF) the
 // handler returns right after, and net/http then writes the last data and
 // the end of the response together, one write where there were two. An
 // event is never held back: while the body goes on, every write is
-// flushed as before.
-//
-// It applies only when releasing the call's slot cannot block: with lanes
-// shared in Redis the release is a round trip to Redis, made before the
-// handler returns, and the last data must not wait for it.
+// flushed as before. With lanes shared in Redis the release is a round
+// trip to Redis, made before the handler returns, and the last data must
+// not wait for it.
 type streamWriter struct {
 	http.ResponseWriter
-	rc    *http.ResponseController
-	ended atomic.Bool // the gateway's body has ended
+	rc           *http.ResponseController
+	writeTimeout time.Duration
+	coalesce     bool
+	ended        atomic.Bool // the gateway's body has ended
 }
 
 type streamKey struct{}
 
-func newStreamWriter(w http.ResponseWriter) *streamWriter {
-	return &streamWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+func newStreamWriter(w http.ResponseWriter, writeTimeout time.Duration, coalesce bool) *streamWriter {
+	return &streamWriter{ResponseWriter: w, rc: http.NewResponseController(w), writeTimeout: writeTimeout, coalesce: coalesce}
+}
+
+// deadline gives the next write writeTimeout to complete.
+func (w *streamWriter) deadline() {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.deadline()
+	return w.ResponseWriter.Write(p)
 }
 
 // FlushError is what http.ResponseController, and so the reverse proxy,
 // calls to flush.
 func (w *streamWriter) FlushError() error {
-	if w.ended.Load() {
+	if w.coalesce && w.ended.Load() {
 		return nil
 	}
+	w.deadline()
 	return w.rc.Flush()
 }
 

@@ -156,10 +156,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		wb := &watchedBody{ReadCloser: r.Body}
 		r.Body, ctx = wb, context.WithValue(ctx, watchKey{}, wb)
 	}
-	if s.shared == nil {
-		sw := newStreamWriter(w)
-		w, ctx = sw, context.WithValue(ctx, streamKey{}, sw)
-	}
+	sw := newStreamWriter(w, time.Duration(cfg.Proxy.WriteTimeout), s.shared == nil)
+	w, ctx = sw, context.WithValue(ctx, streamKey{}, sw)
 	// Each proxied request is one acquisition. A client's retry of a call
 	// seen in the last few minutes queues with that call's first arrival
 	// (lanehttp recognises it from its own memory, never from what the

@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 )
 
 // Credentials are forwarded to the upstream but never written to the log,
@@ -22,7 +23,7 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + l.Addr().String() + "/v1?api-key=sk-query-secret"
 	l.Close()
-	var logs bytes.Buffer
+	var logs logbuf.Buffer
 	cfg, err := ParseConfig("s.yaml", []byte("limiter: {max_inflight: 2}\nupstreams: [{name: dead, base_url: \"http://"+strings.TrimPrefix(strings.Split(dead, "?")[0], "http://")+"\"}]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestCredentialsNeverLogged(t *testing.T) {
 func TestRedisURLsRedacted(t *testing.T) {
 	for i, u := range RedisURLForms {
 		t.Run(fmt.Sprint("form ", i), func(t *testing.T) { // not the URL: it names the test's directory
-			var logs bytes.Buffer
+			var logs logbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			file := filepath.Join(t.TempDir(), "lanes.yaml")
 			good := "limiter: {max_inflight: 2}\nupstreams: [{name: gw, base_url: \"http://127.0.0.1:1/v1\"}]\n"

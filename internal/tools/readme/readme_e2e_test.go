@@ -14,12 +14,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 )
 
 // commands returns the README's commands: every line of its ```sh blocks
@@ -119,10 +119,10 @@ func run(t *testing.T, dir, cmd string, limit time.Duration, env ...string) stri
 
 // background starts cmd in dir and stops it (its whole process group) when
 // the test ends.
-func background(t *testing.T, dir, cmd string, env ...string) *syncBuffer {
+func background(t *testing.T, dir, cmd string, env ...string) *logbuf.Buffer {
 	t.Helper()
 	c := shell(dir, cmd, env...)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	c.Stdout, c.Stderr = out, out
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
@@ -139,24 +139,6 @@ func background(t *testing.T, dir, cmd string, env ...string) *syncBuffer {
 		}
 	})
 	return out
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor polls url until it answers 200 with want in its body.

@@ -1,0 +1,123 @@
+package exporter
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// handlers counts the goroutines serving proxied calls.
+func handlers() int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "exporter.(*Server).serveProxy(")
+}
+
+// bigAnswers is a gateway whose every answer streams 32 MiB.
+func bigAnswers(t *testing.T) *httptest.Server {
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := []byte("data: " + strings.Repeat("x", 64<<10) + "\n\n")
+		for range 512 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(gw.Close)
+	return gw
+}
+
+// waitHandlers waits until n handlers run, or fails after limit.
+func waitHandlers(t *testing.T, what string, ok func(n int) bool, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for ; !ok(handlers()); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: %d handlers after %s", what, handlers(), limit)
+		}
+	}
+	return time.Since(start)
+}
+
+// Clients that never read release their handlers: a write that cannot
+// complete within proxy.write_timeout fails, the handler returns, and its
+// goroutines and buffers go with it. HTTP/1.1 clients that stop reading
+// 32 MiB answers, and an HTTP/2 client that keeps its window at zero for
+// 200 streams: every handler gone within write_timeout (1 s here) of the
+// answers backing up, and the lane's slots free.
+func TestClientsThatNeverReadAreReleased(t *testing.T) {
+	gw := bigAnswers(t)
+	h := newHostile(t, "limiter: {max_inflight: 400}\nupstreams: [{name: gw, base_url: \""+gw.URL+"/v1\"}]\n"+
+		"proxy: {write_timeout: 1s}\n", Options{})
+	body := `{"model":"m","stream":true}`
+	base := handlers()
+
+	t.Run("HTTP/1.1, 20 connections", func(t *testing.T) {
+		for range 20 {
+			c, err := net.Dial("tcp", h.l.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "POST /proxy/gw/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			// and never reads
+		}
+		waitHandlers(t, "20 handlers writing", func(n int) bool { return n >= base+20 }, 10*time.Second)
+		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 10*time.Second)
+		t.Logf("20 non-reading HTTP/1.1 clients: handlers released %s after they all wrote", took.Round(10*time.Millisecond))
+	})
+
+	t.Run("HTTP/2, zero window, 200 streams", func(t *testing.T) {
+		c, err := net.Dial("tcp", h.l.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, http2.ClientPreface)
+		fr := http2.NewFramer(c, c)
+		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		go func() { // read frames (settings, headers) but never grant a window
+			for {
+				if _, err := fr.ReadFrame(); err != nil {
+					return
+				}
+			}
+		}()
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for i := range 200 {
+			hb.Reset()
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/proxy/gw/chat/completions"},
+				{"content-type", "application/json"}, {"content-length", fmt.Sprint(len(body))}} {
+				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			id := uint32(2*i + 1)
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+			fr.WriteData(id, true, []byte(body))
+		}
+		waitHandlers(t, "200 handlers blocked on the window", func(n int) bool { return n >= base+200 }, 20*time.Second)
+		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 10*time.Second)
+		t.Logf("200 zero-window streams: handlers released %s after they all blocked", took.Round(10*time.Millisecond))
+	})
+
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if l := h.srv.Limiter().Snapshot().Lanes; len(l) == 1 && l[0].Inflight == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slots still held: %+v", h.srv.Limiter().Snapshot().Lanes)
+		}
+	}
+}
