@@ -95,6 +95,8 @@ type MetricsConfig struct {
 type ProxyConfig struct {
 	MaxBodyBytes          int64    `yaml:"max_body_bytes"`          // default 32 MiB
 	BodyReadTimeout       Duration `yaml:"body_read_timeout"`       // default 60 s
+	BodyMinRate           int64    `yaml:"body_min_rate"`           // default 240 bytes a second, after the grace
+	BodyMinRateGrace      Duration `yaml:"body_min_rate_grace"`     // default 5 s
 	DialTimeout           Duration `yaml:"dial_timeout"`            // default 10 s
 	TLSHandshakeTimeout   Duration `yaml:"tls_handshake_timeout"`   // default 10 s
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"` // default 300 s, from when the slot is held
@@ -108,7 +110,11 @@ type LimitsConfig struct {
 	MaxLanes       int      `yaml:"max_lanes"`        // default 1000
 	LaneIdleTTL    Duration `yaml:"lane_idle_ttl"`    // default 1 h
 	MaxQueuedBytes int64    `yaml:"max_queued_bytes"` // default 256 MiB
-	MaxModelBytes  int      `yaml:"max_model_bytes"`  // default 256
+	// MaxConnectionQueuedBytes is what the calls in progress on one
+	// connection hold together; default an eighth of MaxQueuedBytes, and
+	// never less than proxy.max_body_bytes.
+	MaxConnectionQueuedBytes int64 `yaml:"max_connection_queued_bytes"`
+	MaxModelBytes            int   `yaml:"max_model_bytes"` // default 256
 }
 
 // ServerConfig bounds the connections of lanes-exporter's HTTP server; a
@@ -167,6 +173,8 @@ const (
 	DefaultStallTimeout          = 120 * time.Second
 	DefaultWriteTimeout          = 120 * time.Second
 	DefaultMaxQueuedBytes        = 256 << 20
+	DefaultBodyMinRate           = 240 // bytes a second, as Kestrel's MinRequestBodyDataRate
+	DefaultBodyMinRateGrace      = 5 * time.Second
 	DefaultMaxModelBytes         = 256
 	DefaultReadHeaderTimeout     = 10 * time.Second
 	DefaultIdleTimeout           = 120 * time.Second
@@ -395,6 +403,7 @@ func (c *Config) checkBounds() error {
 	}{
 		{"proxy.max_body_bytes", &c.Proxy.MaxBodyBytes, DefaultMaxBodyBytes},
 		{"limits.max_queued_bytes", &c.Limits.MaxQueuedBytes, DefaultMaxQueuedBytes},
+		{"proxy.body_min_rate", &c.Proxy.BodyMinRate, DefaultBodyMinRate},
 	} {
 		if *b.v < 0 {
 			return keyErr(b.key, "is %d: want 0 (the default, %d) or more", *b.v, b.def)
@@ -402,6 +411,15 @@ func (c *Config) checkBounds() error {
 		if *b.v == 0 {
 			*b.v = b.def
 		}
+	}
+	// A connection's share: by default an eighth of the whole, so that
+	// one client leaves the rest to others, but never less than one body
+	// of the largest size allowed.
+	switch share := &c.Limits.MaxConnectionQueuedBytes; {
+	case *share < 0 || *share > c.Limits.MaxQueuedBytes:
+		return keyErr("limits.max_connection_queued_bytes", "is %d: want 0 (the default) up to limits.max_queued_bytes (%d)", *share, c.Limits.MaxQueuedBytes)
+	case *share == 0:
+		*share = min(c.Limits.MaxQueuedBytes, max(c.Limits.MaxQueuedBytes/8, c.Proxy.MaxBodyBytes))
 	}
 	for _, b := range []struct {
 		key string
@@ -425,6 +443,7 @@ func (c *Config) checkBounds() error {
 		def time.Duration
 	}{
 		{"proxy.body_read_timeout", &c.Proxy.BodyReadTimeout, DefaultBodyReadTimeout},
+		{"proxy.body_min_rate_grace", &c.Proxy.BodyMinRateGrace, DefaultBodyMinRateGrace},
 		{"proxy.dial_timeout", &c.Proxy.DialTimeout, DefaultDialTimeout},
 		{"proxy.tls_handshake_timeout", &c.Proxy.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout},
 		{"proxy.response_header_timeout", &c.Proxy.ResponseHeaderTimeout, DefaultResponseHeaderTimeout},

@@ -32,6 +32,23 @@ targets: [{name: vera, url: "http://127.0.0.1:8080/api/telemetry/llm-lanes"}]
 	if time.Duration(c.Proxy.StallTimeout) != 90*time.Second || c.thresholds().WaitP90 != 45*time.Second || c.thresholds().Retries != 3 || c.thresholds().ClearAfter != 30*time.Second {
 		t.Fatalf("durations %+v %+v", c.Proxy, c.thresholds())
 	}
+	// The bounds' defaults; a connection's share is an eighth of the
+	// budget, but never less than one body of the largest size allowed.
+	if time.Duration(c.Proxy.WriteTimeout) != DefaultWriteTimeout || c.Proxy.BodyMinRate != DefaultBodyMinRate ||
+		time.Duration(c.Proxy.BodyMinRateGrace) != DefaultBodyMinRateGrace || c.Limits.MaxConnectionQueuedBytes != DefaultMaxQueuedBytes/8 {
+		t.Fatalf("bounds %+v %+v", c.Proxy, c.Limits)
+	}
+	for yaml, want := range map[string]int64{
+		"limits: {max_queued_bytes: 1048576000}":                          1048576000 / 8,
+		"limits: {max_queued_bytes: 67108864}":                            DefaultMaxBodyBytes,
+		"limits: {max_queued_bytes: 1048576}":                             1048576,
+		"limits: {max_queued_bytes: 8388608}\nproxy: {max_body_bytes: 1}": 1048576,
+	} {
+		c, err := ParseConfig("lanes.yaml", []byte(yaml+"\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n"))
+		if err != nil || c.Limits.MaxConnectionQueuedBytes != want {
+			t.Fatalf("%s: the connection's share is %d, want %d (%v)", yaml, c.Limits.MaxConnectionQueuedBytes, want, err)
+		}
+	}
 	if time.Duration(c.Targets[0].Interval) != DefaultTargetInterval {
 		t.Fatalf("target interval %v", c.Targets[0].Interval)
 	}
@@ -48,6 +65,11 @@ func TestConfigErrors(t *testing.T) {
 		{"limiter: {max_inflight: abc}\n" + up, "", "line 1: want a whole number, got text `abc`"},
 		{"upstreams: {a: 1}\n", "", "line 1: want a list, got a mapping"},
 		{"proxy: {stall_timeout: [1]}\n" + up, "", "line 1: want a duration"},
+		{"proxy: {write_timeout: -1s}\n" + up, "proxy.write_timeout", "is -1s: want 0 (the default, 2m0s) or more"},
+		{"proxy: {body_min_rate: -5}\n" + up, "proxy.body_min_rate", "is -5: want 0 (the default, 240) or more"},
+		{"proxy: {body_min_rate_grace: -1s}\n" + up, "proxy.body_min_rate_grace", "is -1s: want 0 (the default, 5s) or more"},
+		{"limits: {max_queued_bytes: 1000, max_connection_queued_bytes: 1001}\n" + up, "limits.max_connection_queued_bytes", "is 1001: want 0 (the default) up to limits.max_queued_bytes (1000)"},
+		{"limits: {max_connection_queued_bytes: -1}\n" + up, "limits.max_connection_queued_bytes", "is -1: want 0 (the default)"},
 		{"", "upstreams", "none configured"},
 		{"upstreams: [{name: gw, base_url: \"ftp://gw\"}]", "upstreams[0].base_url", "want an http or https URL"},
 		{"upstreams: [{name: gw, base_url: \"https://user:pw@gw/v1\"}]", "upstreams[0].base_url", "carries credentials"},

@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // handlers counts the goroutines serving proxied calls.
@@ -80,32 +78,9 @@ func TestClientsThatNeverReadAreReleased(t *testing.T) {
 	})
 
 	t.Run("HTTP/2, zero window, 200 streams", func(t *testing.T) {
-		c, err := net.Dial("tcp", h.l.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		io.WriteString(c, http2.ClientPreface)
-		fr := http2.NewFramer(c, c)
-		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-		go func() { // read frames (settings, headers) but never grant a window
-			for {
-				if _, err := fr.ReadFrame(); err != nil {
-					return
-				}
-			}
-		}()
-		var hb bytes.Buffer
-		enc := hpack.NewEncoder(&hb)
-		for i := range 200 {
-			hb.Reset()
-			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", "/proxy/gw/chat/completions"},
-				{"content-type", "application/json"}, {"content-length", fmt.Sprint(len(body))}} {
-				enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-			}
-			id := uint32(2*i + 1)
-			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
-			fr.WriteData(id, true, []byte(body))
+		c := dialH2(t, h.l.Addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}) // and never grants a window
+		for range 200 {
+			c.post("/proxy/gw/chat/completions", []byte(body), true, contentLength(len(body))...)
 		}
 		waitHandlers(t, "200 handlers blocked on the window", func(n int) bool { return n >= base+200 }, 20*time.Second)
 		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 10*time.Second)

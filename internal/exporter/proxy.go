@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path"
 	"strings"
 	"sync"
@@ -82,8 +81,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 }
 
 // bufferPool recycles 32 KiB buffers: the reverse proxy copies answers through
-// them, and request bodies are read into them (readBounded); each would
-// otherwise allocate for every call.
+// them; each would otherwise allocate for every call.
 type bufferPool struct{ pool sync.Pool }
 
 func (p *bufferPool) Get() []byte {
@@ -173,32 +171,45 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 		writeError(w, http.StatusRequestEntityTooLarge, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body declares %d bytes; proxy.max_body_bytes is %d", r.ContentLength, limit))
 		return nil, nil, false
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(cfg.Proxy.BodyReadTimeout)))
-	b, held, err := s.readBounded(r.Body, limit)
+	hold := &bodyHold{all: s.queued, share: s.connShare}
+	hold.conn, _ = r.Context().Value(connKey{}).(*connState)
+	clock := &bodyClock{setDeadline: rc.SetReadDeadline, start: time.Now(), rate: cfg.Proxy.BodyMinRate,
+		grace: time.Duration(cfg.Proxy.BodyMinRateGrace), most: time.Duration(cfg.Proxy.BodyReadTimeout)}
+	b, err := s.readBody(r.Body, limit, hold, clock)
 	_ = rc.SetReadDeadline(time.Time{})
-	release = func() { s.queued.Release(held) }
+	release = hold.release
+	if err != nil {
+		release()
+	}
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		release()
 		writeError(w, http.StatusRequestEntityTooLarge, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body is over proxy.max_body_bytes (%d)", limit))
 		return nil, nil, false
 	case errors.Is(err, errQueuedBytes):
-		release()
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, lanehttp.QueuedBytesLimitCode, fmt.Sprintf(
-			"the bodies of the calls in progress take limits.max_queued_bytes (%d) already; send the call again shortly", cfg.Limits.MaxQueuedBytes))
+			"the bodies of the calls in progress take limits.max_queued_bytes (%d) already; send the call again shortly", s.queuedBytes))
 		return nil, nil, false
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		release()
+	case errors.Is(err, errConnQueuedBytes):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, lanehttp.QueuedBytesLimitCode, fmt.Sprintf(
+			"the bodies of this connection's calls in progress take limits.max_connection_queued_bytes (%d) already; send the call again shortly", s.connShare))
+		return nil, nil, false
+	case errors.Is(err, errBodyTooSlow):
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, lanehttp.BodyReadTimeoutCode, fmt.Sprintf(
+			"the request body arrived slower than proxy.body_min_rate (%d bytes a second, after the first %s)",
+			cfg.Proxy.BodyMinRate, time.Duration(cfg.Proxy.BodyMinRateGrace)))
+		return nil, nil, false
+	case errors.Is(err, errBodyReadDeadline):
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, lanehttp.BodyReadTimeoutCode, fmt.Sprintf(
 			"the request body did not arrive within proxy.body_read_timeout (%s)", time.Duration(cfg.Proxy.BodyReadTimeout)))
 		return nil, nil, false
 	case err != nil:
-		release()
-		if r.Context().Err() == nil {
-			writeError(w, http.StatusBadRequest, lanehttp.InvalidBodyCode, "the request body could not be read: "+withoutURL(err).Error())
-		}
+		// Cut short or badly chunked. The answer may find no one (a client
+		// that went away); one that half-closed its side reads it.
+		writeError(w, http.StatusBadRequest, lanehttp.InvalidBodyCode, "the request body could not be read: "+withoutURL(err).Error())
 		return nil, nil, false
 	}
 	model, err := lanehttp.ModelOf(b)
@@ -219,60 +230,6 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 		return nil, nil, false
 	}
 	return b, release, true
-}
-
-var (
-	errBodyTooLarge = errors.New("body too large")
-	errQueuedBytes  = errors.New("max_queued_bytes reached")
-)
-
-// readChunk is the unit in which bodies are read and counted.
-const readChunk = 32 << 10
-
-// readBounded reads a body up to limit bytes. It reserves each 32 KiB chunk
-// from the queued-bytes budget before reading into it, so memory follows the
-// bytes that arrive (never a declared length) and the total held by every
-// call in progress stays within limits.max_queued_bytes. The chunks are
-// pooled buffers (the reverse proxy's); the body is copied out of them at
-// its exact size once it is whole, so a 1 KiB body holds 1 KiB while it
-// waits, and no call allocates 32 KiB. It returns what it holds reserved,
-// to be released when the call ends, whatever the outcome.
-func (s *Server) readBounded(body io.Reader, limit int64) (b []byte, held int64, err error) {
-	var chunks [][]byte
-	defer func() {
-		for _, c := range chunks {
-			s.buffers.Put(c[:cap(c)])
-		}
-	}()
-	var total int64
-	for {
-		if !s.queued.TryAcquire(readChunk) {
-			return nil, held, errQueuedBytes
-		}
-		held += readChunk
-		c := s.buffers.Get()[:readChunk]
-		n, rerr := io.ReadFull(body, c)
-		chunks = append(chunks, c[:n])
-		if total += int64(n); total > limit {
-			return nil, held, errBodyTooLarge
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break // the end of the body, inside this chunk
-		}
-		if rerr != nil {
-			return nil, held, rerr
-		}
-	}
-	// The copy holds the body twice for a moment: count that too.
-	if !s.queued.TryAcquire(total) {
-		return nil, held, errQueuedBytes
-	}
-	b = make([]byte, 0, total)
-	for _, c := range chunks {
-		b = append(b, c...)
-	}
-	s.queued.Release(held)
-	return b, total, nil
 }
 
 // modelError is a model id the proxy refuses.

@@ -34,6 +34,7 @@ func Start(s *Server, addr string) (*Listener, error) {
 	l := &Listener{Server: s, Addr: ln.Addr().String(), done: make(chan error, 1),
 		http: &http.Server{Handler: s.Handler(),
 			Protocols:         protocols,
+			ConnContext:       withConnState,
 			ReadHeaderTimeout: time.Duration(sc.ReadHeaderTimeout),
 			IdleTimeout:       time.Duration(sc.IdleTimeout),
 			MaxHeaderBytes:    sc.MaxHeaderBytes,

@@ -47,7 +47,11 @@ type Server struct {
 	polls      atomic.Pointer[pollers]
 	lastPoll   sync.Map // target URL → time of its last poll, across reloads
 	buffers    bufferPool
+	chunks     chunkPool           // model calls' bodies are read into these (body.go)
 	queued     *semaphore.Weighted // bytes of request bodies held, bounded by limits.max_queued_bytes
+	// queuedBytes and connShare are limits.max_queued_bytes and
+	// max_connection_queued_bytes, read at start.
+	queuedBytes, connShare int64
 	// recall is the memory of recent calls every upstream's transport
 	// shares, across reloads, so that a reload forgets no retry.
 	recall     *lanehttp.Recall
@@ -80,7 +84,8 @@ type Options struct {
 // New builds a server from a checked configuration.
 func New(cfg *Config, o Options) (*Server, error) {
 	s := &Server{file: o.File, log: o.Log, base: o.Base, mux: http.NewServeMux(), lifecycle: o.EnableLifecycle,
-		queued: semaphore.NewWeighted(cfg.Limits.MaxQueuedBytes), recall: lanehttp.NewRecall(0)}
+		queued: semaphore.NewWeighted(cfg.Limits.MaxQueuedBytes), queuedBytes: cfg.Limits.MaxQueuedBytes,
+		connShare: cfg.Limits.MaxConnectionQueuedBytes, recall: lanehttp.NewRecall(0)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
