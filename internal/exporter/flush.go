@@ -15,8 +15,11 @@ import (
 // HTTP/2 client that keeps its window at zero, an HTTP/1.1 client that
 // reads nothing more) releases its handler, its goroutines and the
 // buffers behind them within write_timeout of its last read, rather than
-// when it closes the connection. The deadline is set before each write,
-// so a client that reads, however slowly, is never cut.
+// when it closes the connection. The deadline is moved before a write
+// when it would move by an eighth of write_timeout or more (moving it is a
+// message to an HTTP/2 connection's goroutine, and a stream writes often):
+// so every write has at least seven eighths of write_timeout to complete,
+// and a client that reads, however slowly, is never cut.
 //
 // And, when releasing the call's slot cannot block (coalesce), it skips
 // the flush after the last write: the reverse proxy flushes a stream after
@@ -32,6 +35,7 @@ type streamWriter struct {
 	http.ResponseWriter
 	rc           *http.ResponseController
 	writeTimeout time.Duration
+	due          time.Time // the write deadline set; only the handler's goroutine writes
 	coalesce     bool
 	ended        atomic.Bool // the gateway's body has ended
 }
@@ -42,9 +46,13 @@ func newStreamWriter(w http.ResponseWriter, writeTimeout time.Duration, coalesce
 	return &streamWriter{ResponseWriter: w, rc: http.NewResponseController(w), writeTimeout: writeTimeout, coalesce: coalesce}
 }
 
-// deadline gives the next write writeTimeout to complete.
+// deadline gives the next write between seven eighths of writeTimeout
+// and writeTimeout to complete.
 func (w *streamWriter) deadline() {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+	if due := time.Now().Add(w.writeTimeout); due.Sub(w.due) >= w.writeTimeout/8 {
+		w.due = due
+		_ = w.rc.SetWriteDeadline(due)
+	}
 }
 
 func (w *streamWriter) Write(p []byte) (int, error) {

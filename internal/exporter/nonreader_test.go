@@ -54,7 +54,8 @@ func waitHandlers(t *testing.T, what string, ok func(n int) bool, limit time.Dur
 // goroutines and buffers go with it. HTTP/1.1 clients that stop reading
 // 32 MiB answers, and an HTTP/2 client that keeps its window at zero for
 // 200 streams: every handler gone within write_timeout (1 s here) of the
-// answers backing up, and the lane's slots free.
+// answers backing up, and the lane's slots free. A client that reads
+// slowly, for longer than write_timeout in all, is not cut.
 func TestClientsThatNeverReadAreReleased(t *testing.T) {
 	gw := bigAnswers(t)
 	h := newHostile(t, "limiter: {max_inflight: 400}\nupstreams: [{name: gw, base_url: \""+gw.URL+"/v1\"}]\n"+
@@ -75,6 +76,33 @@ func TestClientsThatNeverReadAreReleased(t *testing.T) {
 		waitHandlers(t, "20 handlers writing", func(n int) bool { return n >= base+20 }, 10*time.Second)
 		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 10*time.Second)
 		t.Logf("20 non-reading HTTP/1.1 clients: handlers released %s after they all wrote", took.Round(10*time.Millisecond))
+	})
+
+	t.Run("HTTP/1.1, a slow reader", func(t *testing.T) {
+		// 32 MiB, far more than the sockets' buffers take, read at 64 KiB
+		// every 10 ms: several write_timeouts in all, and none of its
+		// writes waits long.
+		req, _ := http.NewRequest("POST", h.base+"/proxy/gw/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		start, buf := time.Now(), make([]byte, 64<<10)
+		var got int
+		for {
+			n, err := io.ReadFull(res.Body, buf)
+			got += n
+			if err != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if want := 512 * (64<<10 + 8); got != want {
+			t.Fatalf("a slow reader got %d bytes of %d in %s: cut", got, want, time.Since(start))
+		}
+		t.Logf("a slow reader read its answer in %s, uncut", time.Since(start).Round(100*time.Millisecond))
 	})
 
 	t.Run("HTTP/2, zero window, 200 streams", func(t *testing.T) {
