@@ -1,7 +1,7 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test stress e2e fuzz tools fmt-check vet bench replay
+.PHONY: demo test stress e2e fuzz tools fmt-check vet lint-observability bench replay
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
@@ -9,8 +9,13 @@ demo:
 
 ## test: every test: gofmt check, go vet, go test -race (the fuzz targets' seed corpora
 ## run as ordinary tests)
-test: tools fmt-check vet
+test: tools fmt-check vet lint-observability
 	$(GO) test -race -count=1 ./...
+
+## lint-observability: Grafana's dashboard-linter (--strict) on the generated dashboards and
+## pint on the alert rules, from PATH or ../shared/tools/; says plainly when they are missing
+lint-observability:
+	@sh internal/tools/obslint/lint.sh
 
 ## stress: the race-enabled suite STRESSCOUNT times over (-count=3), two copies at
 ## once, so that a test that passes alone and fails under load shows; fails if either

@@ -75,18 +75,20 @@ func tablePanel(title, desc string, w, h uint32) *table.PanelBuilder {
 }
 
 func variables(prefix string, multiLane bool) []cog.Builder[dashboard.VariableModel] {
-	query := func(name, q string) *dashboard.QueryVariableBuilder {
-		return dashboard.NewQueryVariableBuilder(name).Label(name).Datasource(ds).
+	query := func(name, label, q string) *dashboard.QueryVariableBuilder {
+		return dashboard.NewQueryVariableBuilder(name).Label(label).Datasource(ds).
 			Query(dashboard.StringOrMap{String: cog.ToPtr(q)}).Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc)
 	}
-	lane := query("lane", "label_values("+prefix+`_llm_inflight{job=~"$job",instance=~"$instance"}, lane)`)
+	// "All" matches any value (.+), not a list of every value Grafana has
+	// seen, which goes stale and grows with the lanes.
+	lane := query("lane", "Lane", "label_values("+prefix+`_llm_inflight{job=~"$job",instance=~"$instance"}, lane)`)
 	if multiLane {
-		lane = lane.Multi(true).IncludeAll(true)
+		lane = lane.Multi(true).IncludeAll(true).AllValue(".+")
 	}
 	return []cog.Builder[dashboard.VariableModel]{
-		dashboard.NewDatasourceVariableBuilder("datasource").Label("data source").Type("prometheus"),
-		query("job", "label_values("+prefix+"_llm_inflight, job)").Multi(true).IncludeAll(true),
-		query("instance", "label_values("+prefix+`_llm_inflight{job=~"$job"}, instance)`).Multi(true).IncludeAll(true),
+		dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus"),
+		query("job", "Job", "label_values("+prefix+"_llm_inflight, job)").Multi(true).IncludeAll(true).AllValue(".+"),
+		query("instance", "Instance", "label_values("+prefix+`_llm_inflight{job=~"$job"}, instance)`).Multi(true).IncludeAll(true).AllValue(".+"),
 		lane,
 		dashboard.NewTextBoxVariableBuilder("exporter").Label("lanes-exporter URL").
 			Description("Where the classification (state, reasons, hold text) is served: hold texts are not metrics.").
@@ -105,7 +107,7 @@ func titleAndUID(title, uid, prefix string) (string, string) {
 func base(title, uid, desc string, prefix string, multiLane bool) *dashboard.DashboardBuilder {
 	title, uid = titleAndUID(title, uid, prefix)
 	b := dashboard.NewDashboardBuilder(title).Uid(uid).Description(desc).Tags([]string{"llmlanes", "llm"}).
-		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser).Editable().
+		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser).Readonly().
 		Link(dashboard.NewDashboardLinkBuilder("Lane classification and hold texts").Type(dashboard.DashboardLinkTypeLink).
 			Url("${exporter}/api/telemetry/llm-lanes/classification").Icon("info"))
 	for _, v := range variables(prefix, multiLane) {

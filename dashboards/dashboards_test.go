@@ -25,6 +25,9 @@ func TestGeneratedJSONIsCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if files[".lint"], err = LintConfig(p); err != nil {
+			t.Fatal(err)
+		}
 		for name, want := range files {
 			got, err := os.ReadFile(filepath.Join("generated", p, name))
 			if err != nil || !bytes.Equal(got, want) {

@@ -22,6 +22,11 @@ func main() {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			log.Fatal(err)
 		}
+		lint, err := dashboards.LintConfig(p)
+		if err != nil {
+			log.Fatal(err)
+		}
+		files[".lint"] = lint
 		for name, b := range files {
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 				log.Fatal(err)
