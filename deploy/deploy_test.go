@@ -94,7 +94,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
-	for _, want := range []string{"ExecReload=/bin/kill -HUP $MAINPID", "--check-config", "NoNewPrivileges=yes", "TimeoutStopSec="} {
+	for _, want := range []string{"ExecReload=/bin/kill -HUP $MAINPID", "--check-config", "NoNewPrivileges=yes", "TimeoutStopSec=", "--web.listen-address :4471"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("the unit lacks %q", want)
 		}
@@ -189,9 +189,18 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Fatalf("the Deployment's selector %v does not match its pods' labels %v", dep.Selector.MatchLabels, dep.Template.Metadata.Labels)
 		}
 	}
+	// Two ports: the proxy's (the config's listen) and the telemetry's
+	// (--web.listen-address), which the ServiceMonitor scrapes.
 	c := dep.Template.Spec.Containers[0]
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	args := strings.Join(c.Args, " ")
 	if c.ReadinessProbe.HTTPGet.Path != "/-/ready" || c.LivenessProbe.HTTPGet.Path != "/-/healthy" ||
-		c.ReadinessProbe.HTTPGet.Port != c.Ports[0].Name || c.Ports[0].ContainerPort != 4470 {
+		ports[c.ReadinessProbe.HTTPGet.Port] != 4470 || ports[c.LivenessProbe.HTTPGet.Port] == 0 ||
+		ports["proxy"] != 4470 || ports["telemetry"] != 4471 || !strings.Contains(args, "--web.listen-address 0.0.0.0:4471") ||
+		!strings.Contains(by["ConfigMap"].Data["lanes.yaml"], "listen: 0.0.0.0:4470") {
 		t.Fatalf("probes and ports: %+v", c)
 	}
 	if !strings.Contains(strings.Join(c.Args, " "), c.VolumeMounts[0].MountPath+"/lanes.yaml") {
@@ -221,9 +230,13 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Fatalf("the ServiceMonitor's selector %v matches no Service", sm.Selector.MatchLabels)
 		}
 	}
-	if sm.Endpoints[0].Port != svc.Ports[0].Name || sm.Endpoints[0].Path != "/metrics" ||
+	svcPorts := map[string]bool{}
+	for _, p := range svc.Ports {
+		svcPorts[p.Name] = true
+	}
+	if sm.Endpoints[0].Port != "telemetry" || !svcPorts["telemetry"] || !svcPorts["proxy"] || sm.Endpoints[0].Path != "/metrics" ||
 		by["Service"].Metadata.Labels[sm.JobLabel] != "lanes-exporter" {
-		t.Fatalf("the ServiceMonitor scrapes %+v with job label %s: want port %s, /metrics, job lanes-exporter", sm.Endpoints, sm.JobLabel, svc.Ports[0].Name)
+		t.Fatalf("the ServiceMonitor scrapes %+v with job label %s: want the Service's telemetry port, /metrics, job lanes-exporter", sm.Endpoints, sm.JobLabel)
 	}
 
 	rule := docs(t, "kubernetes/prometheusrule.yaml")

@@ -2,16 +2,9 @@ package sharedlane
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -22,6 +15,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 	"github.com/llmlanes/llmlanes/internal/tools/redistest"
+	"github.com/llmlanes/llmlanes/internal/tools/tlstest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
@@ -49,7 +43,7 @@ func roundTrip(t *testing.T, c Config) {
 // (tls_ca_file).
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	caFile, certFile, keyFile := selfSigned(t, dir)
+	caFile, certFile, keyFile := tlstest.SelfSigned(t, dir)
 	port := freeTCPPort(t)
 	cmd := exec.Command("redis-server", "--port", "0", "--tls-port", fmt.Sprint(port), "--tls-cert-file", certFile,
 		"--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no", "--save", "", "--dir", dir)
@@ -57,9 +51,7 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pool := x509.NewCertPool()
-	pemCA, _ := os.ReadFile(caFile)
-	pool.AppendCertsFromPEM(pemCA)
+	pool := tlstest.Pool(t, caFile)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
 		if err == nil {
@@ -149,32 +141,4 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// selfSigned writes a CA and a server certificate for 127.0.0.1 signed by
-// it.
-func selfSigned(t *testing.T, dir string) (caFile, certFile, keyFile string) {
-	key := func() *ecdsa.PrivateKey { k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader); return k }
-	caKey, srvKey := key(), key()
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "llmlanes test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
-		return p
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(srvKey)
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
 }

@@ -38,7 +38,7 @@ func main() {
 const usage = `lanes-exporter: a lane-limiting reverse proxy for LLM gateways, and the exporter of its lanes.
 
 Usage:
-  lanes-exporter --config lanes.yaml [--listen addr]
+  lanes-exporter --config lanes.yaml [--listen addr] [--web.listen-address addr] [--web.config.file web.yml]
   lanes-exporter --demo [--listen addr]
   lanes-exporter --check-config lanes.yaml
   lanes-exporter --version
@@ -55,6 +55,10 @@ Routes:
   /-/ready                                  readiness (503 once shutdown has begun)
   POST /-/reload                            reload the file (needs --web.enable-lifecycle)
   /                                         the status page
+
+With --web.listen-address, every route but the proxy's is served on that address
+instead (liveness and readiness on both), and --web.config.file can lock it down
+(TLS, client certificates, basic auth: exporter-toolkit's web config).
 
 Traces and OTLP metrics follow the standard OTEL_* environment variables
 (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER, ...);
@@ -79,6 +83,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(logLevel, "log-level", "info", "the same as --log.level")
 	logFormat := fs.String("log.format", "logfmt", "logfmt or json")
 	lifecycle := fs.Bool("web.enable-lifecycle", false, "allow POST /-/reload (SIGHUP reloads in any case)")
+	telemetry := fs.String("web.listen-address", "", "serve the telemetry routes (metrics, snapshot, classification, budget, status page, reload) on this address of their own (default: with the proxy, on --listen)")
+	webConfig := fs.String("web.config.file", "", "prometheus/exporter-toolkit web config for the telemetry's address: TLS, client certificates, basic auth (with one address: that address's, TLS only)")
+	proxyWebConfig := fs.String("proxy.web.config.file", "", "the same kind of file for the proxy's address: TLS and client certificates only (its clients' Authorization carries their model credentials)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,7 +134,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var l *exporter.Listener
 	var stopDemo func(context.Context) error
+	addrs := exporter.Addresses{ProxyWebConfig: *proxyWebConfig, Telemetry: *telemetry, TelemetryWebConfig: *webConfig}
+	if *telemetry == "" && *webConfig != "" {
+		// One address: the Prometheus habit (--web.config.file) names
+		// that address's file, which then takes TLS only.
+		if *proxyWebConfig != "" {
+			fmt.Fprintln(stderr, "lanes-exporter: with one address, give --web.config.file or --proxy.web.config.file, not both (or give the telemetry its own --web.listen-address)")
+			return 2
+		}
+		addrs.ProxyWebConfig, addrs.TelemetryWebConfig = *webConfig, ""
+	}
 	switch {
+	case *demo && (addrs != exporter.Addresses{}):
+		fmt.Fprintln(stderr, "lanes-exporter: --web.listen-address, --web.config.file and --proxy.web.config.file are for --config; the demo serves everything on --listen")
+		return 2
 	case *demo:
 		addr := *listen
 		if addr == "" {
@@ -164,11 +184,14 @@ Ctrl-C to stop.
 			fmt.Fprintln(stderr, "lanes-exporter:", err)
 			return 1
 		}
-		if l, err = exporter.Start(srv, cfg.Listen); err != nil {
+		addrs.Proxy = cfg.Listen
+		if l, err = exporter.Listen(srv, addrs); err != nil {
 			fmt.Fprintln(stderr, "lanes-exporter:", err)
+			_ = srv.Shutdown(context.Background())
 			return 1
 		}
-		log.Info("lanes-exporter listening", "addr", l.Addr, "upstreams", len(cfg.Upstreams), "max_inflight", cfg.Limiter.MaxInflight,
+		log.Info("lanes-exporter listening", "addr", l.Addr, "telemetry", l.TelemetryAddr, "proxy_tls", addrs.ProxyWebConfig != "",
+			"telemetry_web_config", addrs.TelemetryWebConfig, "upstreams", len(cfg.Upstreams), "max_inflight", cfg.Limiter.MaxInflight,
 			"version", version.Get().Version, "traces", otel.Traces)
 	default:
 		fs.Usage()

@@ -183,3 +183,34 @@ func TestCheckConfigRedactsRedisURLs(t *testing.T) {
 		}
 	}
 }
+
+// The listener flags: a bad web config stops the start with a clear
+// message (exit 1), naming the file and what is wrong; basic auth with one
+// address is refused, saying to give the telemetry its own address; the
+// flags that only --config takes are refused with --demo.
+func TestWebConfigFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "lanes.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf("listen: %s\nupstreams: [{name: gw, base_url: \"http://127.0.0.1:1/v1\"}]\n", freeAddr(t))), 0o600)
+	web := filepath.Join(dir, "web.yml")
+	for _, tc := range []struct {
+		web  string
+		args []string
+		code int
+		want string
+	}{
+		{"tls_server_config: {cert_file: none.pem, key_file: none.key}\n", []string{"--web.listen-address", freeAddr(t), "--web.config.file", web}, 1, "none.pem"},
+		{"basic_auth_users: {prometheus: x}\n", []string{"--web.config.file", web}, 1, "give the telemetry its own address (--web.listen-address)"},
+		{"{}\n", []string{"--web.config.file", web, "--proxy.web.config.file", web}, 2, "not both"},
+	} {
+		os.WriteFile(web, []byte(tc.web), 0o600)
+		var stderr bytes.Buffer
+		if c := run(append([]string{"--config", file, "--log-level", "error"}, tc.args...), io.Discard, &stderr); c != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, want %d; stderr %q does not say %q", tc.args, c, tc.code, stderr.String(), tc.want)
+		}
+	}
+	var stderr bytes.Buffer
+	if c := run([]string{"--demo", "--web.listen-address", freeAddr(t)}, io.Discard, &stderr); c != 2 || !strings.Contains(stderr.String(), "are for --config") {
+		t.Errorf("--demo with --web.listen-address: exit %d, %q", c, stderr.String())
+	}
+}

@@ -39,8 +39,10 @@ type Server struct {
 	base   http.RoundTripper // shared connection pool to the upstreams
 	cfg    atomic.Pointer[Config]
 	ups    atomic.Pointer[map[string]*upstream]
-	mux    *http.ServeMux
-	mu     sync.Mutex // serializes reloads
+	// mux has every route; proxyMux and telemetryMux the proxy's and the
+	// telemetry's, for when they have addresses of their own.
+	mux, proxyMux, telemetryMux *http.ServeMux
+	mu                          sync.Mutex // serializes reloads
 
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
@@ -83,7 +85,7 @@ type Options struct {
 
 // New builds a server from a checked configuration.
 func New(cfg *Config, o Options) (*Server, error) {
-	s := &Server{file: o.File, log: o.Log, base: o.Base, mux: http.NewServeMux(), lifecycle: o.EnableLifecycle,
+	s := &Server{file: o.File, log: o.Log, base: o.Base, lifecycle: o.EnableLifecycle,
 		queued: semaphore.NewWeighted(cfg.Limits.MaxQueuedBytes), queuedBytes: cfg.Limits.MaxQueuedBytes,
 		connShare: cfg.Limits.MaxConnectionQueuedBytes, recall: lanehttp.NewRecall(0)}
 	if s.log == nil {
@@ -150,17 +152,30 @@ func New(cfg *Config, o Options) (*Server, error) {
 	s.reloadTime.SetToCurrentTime()
 	s.apply(cfg)
 
-	tel.Register(s.mux)
-	s.mux.HandleFunc("/proxy/{upstream}/{rest...}", s.serveProxy)
-	s.mux.HandleFunc("/-/reload", s.serveReload)
-	s.mux.HandleFunc("GET /-/healthy", s.serveHealthy)
-	s.mux.HandleFunc("GET /-/ready", s.serveReady)
-	s.mux.HandleFunc("GET /api/telemetry/llm-lanes/budget", s.serveBudget)
-	s.mux.HandleFunc("GET /{$}", s.serveStatus)
+	s.mux, s.proxyMux, s.telemetryMux = s.routes(true, true), s.routes(true, false), s.routes(false, true)
 	return s, nil
 }
 
-// Handler returns the server's routes.
+// routes is the proxy's routes, the telemetry's (metrics, the snapshot,
+// the classification, the budget, the status page, reload), or both; the
+// liveness and readiness routes are on every one.
+func (s *Server) routes(proxy, telemetry bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	if proxy {
+		mux.HandleFunc("/proxy/{upstream}/{rest...}", s.serveProxy)
+	}
+	if telemetry {
+		s.tel.Register(mux)
+		mux.HandleFunc("/-/reload", s.serveReload)
+		mux.HandleFunc("GET /api/telemetry/llm-lanes/budget", s.serveBudget)
+		mux.HandleFunc("GET /{$}", s.serveStatus)
+	}
+	mux.HandleFunc("GET /-/healthy", s.serveHealthy)
+	mux.HandleFunc("GET /-/ready", s.serveReady)
+	return mux
+}
+
+// Handler returns the server's routes, the proxy's and the telemetry's.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Limiter returns the server's limiter.
