@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +22,13 @@ func handlers() int {
 	return strings.Count(string(buf), "exporter.(*Server).serveProxy(")
 }
 
-// bigAnswers is a gateway whose every answer streams 32 MiB.
-func bigAnswers(t *testing.T) *httptest.Server {
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// bigAnswers is a gateway whose every answer streams 32 MiB; calls counts
+// the calls it has begun to answer.
+func bigAnswers(t *testing.T) (gw *httptest.Server, calls *atomic.Int64) {
+	calls = new(atomic.Int64)
+	gw = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		calls.Add(1)
 		w.Header().Set("Content-Type", "text/event-stream")
 		chunk := []byte("data: " + strings.Repeat("x", 64<<10) + "\n\n")
 		for range 512 {
@@ -34,7 +38,17 @@ func bigAnswers(t *testing.T) *httptest.Server {
 		}
 	}))
 	t.Cleanup(gw.Close)
-	return gw
+	return gw, calls
+}
+
+// waitCalls waits until the gateway has begun to answer n calls in all.
+func waitCalls(t *testing.T, calls *atomic.Int64, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); calls.Load() < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway began %d answers of %d", calls.Load(), n)
+		}
+	}
 }
 
 // waitHandlers waits until n handlers run, or fails after limit.
@@ -57,7 +71,7 @@ func waitHandlers(t *testing.T, what string, ok func(n int) bool, limit time.Dur
 // answers backing up, and the lane's slots free. A client that reads
 // slowly, for longer than write_timeout in all, is not cut.
 func TestClientsThatNeverReadAreReleased(t *testing.T) {
-	gw := bigAnswers(t)
+	gw, calls := bigAnswers(t)
 	h := newHostile(t, "limiter: {max_inflight: 400}\nupstreams: [{name: gw, base_url: \""+gw.URL+"/v1\"}]\n"+
 		"proxy: {write_timeout: 1s}\n", Options{})
 	body := `{"model":"m","stream":true}`
@@ -73,9 +87,12 @@ func TestClientsThatNeverReadAreReleased(t *testing.T) {
 			fmt.Fprintf(c, "POST /proxy/gw/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 			// and never reads
 		}
-		waitHandlers(t, "20 handlers writing", func(n int) bool { return n >= base+20 }, 10*time.Second)
-		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 10*time.Second)
-		t.Logf("20 non-reading HTTP/1.1 clients: handlers released %s after they all wrote", took.Round(10*time.Millisecond))
+		// Every call's answer has begun (a handler writes it); then every
+		// handler returns though no client has read or closed. Waiting for
+		// all 20 to run at once would race write_timeout on a loaded machine.
+		waitCalls(t, calls, 20)
+		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 30*time.Second)
+		t.Logf("20 non-reading HTTP/1.1 clients: handlers released %s after the last answer began", took.Round(10*time.Millisecond))
 	})
 
 	t.Run("HTTP/1.1, a slow reader", func(t *testing.T) {
@@ -107,12 +124,13 @@ func TestClientsThatNeverReadAreReleased(t *testing.T) {
 
 	t.Run("HTTP/2, zero window, 200 streams", func(t *testing.T) {
 		c := dialH2(t, h.l.Addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}) // and never grants a window
+		before := calls.Load()
 		for range 200 {
 			c.post("/proxy/gw/chat/completions", []byte(body), true, contentLength(len(body))...)
 		}
-		waitHandlers(t, "200 handlers blocked on the window", func(n int) bool { return n >= base+200 }, 20*time.Second)
-		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 10*time.Second)
-		t.Logf("200 zero-window streams: handlers released %s after they all blocked", took.Round(10*time.Millisecond))
+		waitCalls(t, calls, before+200)
+		took := waitHandlers(t, "released", func(n int) bool { return n <= base }, 30*time.Second)
+		t.Logf("200 zero-window streams: handlers released %s after the last answer began", took.Round(10*time.Millisecond))
 	})
 
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -136,6 +137,19 @@ shared: {redis_url: "%s", lease_ttl: 1s}
 		t.Fatal(err)
 	}
 	defer held.Release()
+	// A scrape waits for Redis at most limiter.SharedStateTimeout and
+	// shows the last figures past it: on a loaded machine the first read
+	// may miss, so read until this process's holder is in the figures.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if slices.ContainsFunc(srv.Limiter().Snapshot().Lanes, func(l limiter.LaneSnapshot) bool {
+			return l.Shared.State == limiter.BackendOK && len(l.Shared.Holders) > 0
+		}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis's figures never read: %+v", srv.Limiter().Snapshot().Lanes)
+		}
+	}
 	families, err := srv.Telemetry().Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

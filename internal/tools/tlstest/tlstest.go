@@ -14,13 +14,20 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 )
 
+// TB is the part of testing.TB the helpers use, so that this package
+// need not import testing outside its tests.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // SelfSigned writes ca.pem, server.pem and server.key into dir and returns
 // their paths.
-func SelfSigned(t testing.TB, dir string) (caFile, certFile, keyFile string) {
+func SelfSigned(t TB, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -59,7 +66,7 @@ func SelfSigned(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 }
 
 // Pool is a certificate pool of the CA in caFile.
-func Pool(t testing.TB, caFile string) *x509.CertPool {
+func Pool(t TB, caFile string) *x509.CertPool {
 	t.Helper()
 	b, err := os.ReadFile(caFile)
 	if err != nil {
