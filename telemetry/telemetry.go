@@ -267,19 +267,26 @@ func (t *Telemetry) serveMetrics(w http.ResponseWriter, r *http.Request) {
 // sources' last snapshots.
 func (t *Telemetry) Classify() []classify.Classification {
 	th := *t.thresholds.Load()
-	s := t.Snapshot()
-	out := make([]classify.Classification, 0, len(s.Lanes))
-	for _, l := range s.Lanes {
-		c := classify.Lane(l, th)
-		c.Upstream = t.upstreamOf(l.Lane)
-		out = append(out, c)
-	}
+	out := t.ClassifyLanes(t.Snapshot())
 	for _, src := range t.sourceList() {
 		for _, l := range src.Snapshot.Lanes {
 			c := classify.Lane(l, th)
 			c.Upstream, c.Target = t.upstreamOf(l.Lane), src.Name
 			out = append(out, c)
 		}
+	}
+	return out
+}
+
+// ClassifyLanes classifies every lane of s, a snapshot of the watched
+// limiter's, with the thresholds in force.
+func (t *Telemetry) ClassifyLanes(s limiter.Snapshot) []classify.Classification {
+	th := *t.thresholds.Load()
+	out := make([]classify.Classification, 0, len(s.Lanes))
+	for _, l := range s.Lanes {
+		c := classify.Lane(l, th)
+		c.Upstream = t.upstreamOf(l.Lane)
+		out = append(out, c)
 	}
 	return out
 }

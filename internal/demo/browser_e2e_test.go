@@ -4,18 +4,24 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmlanes/llmlanes/internal/exporter"
 )
 
 // 8. The status page, rendered by headless Chromium (Debian's chromium)
-// with the demo running, shows the lanes. Run with `make e2e`, which
+// with the demo running, shows the lanes, and their last minutes as charts. Run with `make e2e`, which
 // installs Chromium if it is missing.
 func TestBrowserStatusPage(t *testing.T) {
 	bin := os.Getenv("CHROMIUM")
@@ -37,6 +43,14 @@ func TestBrowserStatusPage(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); d.Sim.Stats().Completed < 3; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no demo call completed")
+		}
+	}
+	// Half a minute and more of history: the demo's lanes queue, then the
+	// gateway fails (20-45 s), so the charts have lines and state changes.
+	history := "http://" + d.Listener.Addr + exporter.HistoryPath
+	for deadline := time.Now().Add(2 * time.Minute); samples(t, history) < 25; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the history has %d samples after 2 minutes", samples(t, history))
 		}
 	}
 	dir := t.TempDir()
@@ -67,6 +81,31 @@ func TestBrowserStatusPage(t *testing.T) {
 			t.Errorf("rendered page lacks %q", want)
 		}
 	}
+	// The last 15 minutes: per lane, the state strip and four charts, each
+	// drawn from every sample held, with at least one change of state.
+	lanes := regexp.MustCompile(`data-history-lane="([^"]+)"`).FindAllStringSubmatch(page, -1)
+	if len(lanes) < 2 {
+		t.Errorf("the history shows %d lanes, want the demo's two", len(lanes))
+	}
+	for _, chart := range []string{"inflight", "queued", "wait", "errors"} {
+		m := regexp.MustCompile(`data-chart="`+chart+`" data-points="(\d+)"`).FindAllStringSubmatch(page, -1)
+		if len(m) != len(lanes) {
+			t.Errorf("chart %s drawn %d times for %d lanes", chart, len(m), len(lanes))
+		}
+		for _, x := range m {
+			if n, _ := strconv.Atoi(x[1]); n < 25 {
+				t.Errorf("chart %s drawn from %d samples, want 25 or more", chart, n)
+			}
+		}
+	}
+	if n := strings.Count(page, `<path d="M`); n < 4*len(lanes) {
+		t.Errorf("%d lines drawn for %d lanes", n, len(lanes))
+	}
+	changes := regexp.MustCompile(`data-change="([a-z_]+)"`).FindAllStringSubmatch(page, -1)
+	if len(changes) == 0 {
+		t.Errorf("no change of state marked in %d lanes' history", len(lanes))
+	}
+	t.Logf("history: %d lanes, %d changes of state marked", len(lanes), len(changes))
 	// The script filled the table and reported no error.
 	if !strings.Contains(page, `<tbody id="lanes"><tr data-lane=`) || !strings.Contains(page, `<span id="err"></span>`) {
 		t.Errorf("the page did not load its data:\n%s", page)
@@ -77,4 +116,26 @@ func TestBrowserStatusPage(t *testing.T) {
 	if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
 		t.Fatalf("screenshot %v %v", st, err)
 	}
+}
+
+// samples is how many samples the history route holds for its first lane.
+func samples(t *testing.T, url string) int {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var p struct {
+		Lanes []struct {
+			T []int64 `json:"t"`
+		} `json:"lanes"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Lanes) == 0 {
+		return 0
+	}
+	return len(p.Lanes[0].T)
 }

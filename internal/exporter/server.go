@@ -21,6 +21,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/llmlanes/llmlanes/internal/history"
 	"github.com/llmlanes/llmlanes/internal/version"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
@@ -56,7 +57,11 @@ type Server struct {
 	queuedBytes, connShare int64
 	// recall is the memory of recent calls every upstream's transport
 	// shares, across reloads, so that a reload forgets no retry.
-	recall     *lanehttp.Recall
+	recall *lanehttp.Recall
+	// history is the lanes' last 15 minutes for the status page, which
+	// sampler records (history.go).
+	history    *history.History
+	sampler    *sampler
 	lifecycle  bool
 	stopping   atomic.Bool // shutdown has begun: not ready, every call refused
 	propagator propagation.TextMapPropagator
@@ -153,6 +158,13 @@ func New(cfg *Config, o Options) (*Server, error) {
 	s.apply(cfg)
 
 	s.mux, s.proxyMux, s.telemetryMux = s.routes(true, true), s.routes(true, false), s.routes(false, true)
+	clock := o.Clock
+	if clock == nil {
+		clock = limiter.SystemClock()
+	}
+	s.history = history.New(HistoryWindow, HistoryInterval)
+	s.sampler = &sampler{s: s, clock: clock}
+	s.sampler.schedule()
 	return s, nil
 }
 
@@ -168,6 +180,7 @@ func (s *Server) routes(proxy, telemetry bool) *http.ServeMux {
 		s.tel.Register(mux)
 		mux.HandleFunc("/-/reload", s.serveReload)
 		mux.HandleFunc("GET /api/telemetry/llm-lanes/budget", s.serveBudget)
+		mux.HandleFunc("GET "+HistoryPath, s.serveHistory)
 		mux.HandleFunc("GET /{$}", s.serveStatus)
 	}
 	mux.HandleFunc("GET /-/healthy", s.serveHealthy)
@@ -250,6 +263,7 @@ func (s *Server) Stop() {
 // Shutdown stops the target pollers and the telemetry, and closes idle
 // upstream connections.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.sampler.stop()
 	if p := s.polls.Swap(nil); p != nil {
 		p.stop()
 	}

@@ -70,4 +70,10 @@ const (
 	// ReloadRefusedCode: 400, the new configuration is refused; the old one
 	// stays.
 	ReloadRefusedCode = "reload_refused"
+
+	// Sent by lanes-exporter's read-only routes:
+
+	// InvalidQueryCode: 400, a query parameter that does not parse (the
+	// history route's since).
+	InvalidQueryCode = "invalid_query"
 )
