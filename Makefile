@@ -53,10 +53,11 @@ tools:
 ## e2e: end-to-end tests that need software beyond Go: the status page in Debian's
 ## chromium, and a real Prometheus (Debian's) scraping the exporter, loading the rules
 ## and running every dashboard query; installs them when missing (needs root, as in CI).
-## CI runs it after make test.
+## CI runs it after make test; the status page's screenshot is left in artifacts/.
 e2e: tools
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus|EveryState|Readme' ./internal/exporter ./internal/demo ./internal/tools/readme
+	@mkdir -p artifacts
+	STATUS_SCREENSHOT=$(CURDIR)/artifacts/status-page.png $(GO) test -tags e2e -count=1 -timeout 15m -run 'Browser|Prometheus|EveryState|Readme' ./internal/exporter ./internal/demo ./internal/tools/readme
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
