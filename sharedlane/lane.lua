@@ -277,6 +277,11 @@ else
 end
 -- Every key of the lane outlives its last op by four leases, then goes: a
 -- lane whose holders died (SIGKILL) and that nobody calls again leaves
--- nothing behind. Any live holder or waiter renews it well before.
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl * 4) end
+-- nothing behind. Any live holder or waiter renews it well before. A read
+-- (state: every scrape, and lanes-exporter's history every 2 s) keeps no
+-- lane alive; it only gives a key it made (a grant its sweep dispatched)
+-- the same life.
+for i = 1, #KEYS do
+  if op ~= 'state' or redis.call('PTTL', KEYS[i]) == -1 then redis.call('PEXPIRE', KEYS[i], ttl * 4) end
+end
 return out

@@ -539,6 +539,30 @@ func TestDeadHolderLeavesNoKeys(t *testing.T) {
 	}
 }
 
+// Reading a lane's figures (a snapshot, as every scrape and lanes-exporter's
+// history take) does not keep its keys alive: a lane nobody calls is gone
+// from Redis four lease TTLs after its last call, however often it is read.
+func TestReadsKeepNoLaneAlive(t *testing.T) {
+	r := startRedis(t)
+	p := newProcess(t, r.URL(), "reader", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute})
+	s, err := p.lim.Acquire(context.Background(), lane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release()
+	if len(r.Keys()) == 0 {
+		t.Fatal("no keys for the lane")
+	}
+	for deadline := time.Now().Add(15 * time.Second); len(r.Keys()) > 0; time.Sleep(100 * time.Millisecond) {
+		if l := p.lim.Snapshot().Lanes; len(l) == 1 && l[0].Shared.State != limiter.BackendOK {
+			t.Fatalf("a read failed: %+v", l[0].Shared)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read every 100 ms, the lane still has %v in Redis after four lease TTLs", r.Keys())
+		}
+	}
+}
+
 // The lanes a process has seen are forgotten from its memory once unused
 // for four lease TTLs with nothing held or waiting: they do not pile up.
 func TestLanesForgottenWhenUnused(t *testing.T) {

@@ -59,6 +59,14 @@ type ring struct {
 
 func (r *ring) add(s Sample, size int) {
 	if len(r.buf) < size {
+		if len(r.buf) == cap(r.buf) {
+			// Grown by doubling up to exactly size (append could leave up
+			// to twice the window allocated): a lane seen for a minute costs
+			// a minute's samples, one there the whole window its window.
+			grown := make([]Sample, len(r.buf), min(size, max(16, 2*cap(r.buf))))
+			copy(grown, r.buf)
+			r.buf = grown
+		}
 		r.buf = append(r.buf, s)
 		return
 	}
@@ -90,9 +98,7 @@ func (h *History) Record(samples map[string]Sample) {
 	for lane, s := range samples {
 		r := h.lanes[lane]
 		if r == nil {
-			// Room for the whole window at once: growing by append would
-			// leave up to twice the window allocated.
-			r = &ring{buf: make([]Sample, 0, h.size)}
+			r = &ring{}
 			h.lanes[lane] = r
 		}
 		r.add(s, h.size)

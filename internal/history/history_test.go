@@ -63,9 +63,10 @@ func TestForgottenLaneDropped(t *testing.T) {
 	}
 }
 
-// The memory is bounded by the lanes times the window, allocated once a
-// lane: 1,000 lanes over 15 minutes at 2 s, written twice round, hold
-// about 1,000 × 450 × 48 bytes.
+// The memory is bounded by the lanes times the window: 1,000 lanes over
+// 15 minutes at 2 s, written twice round, hold about 1,000 × 450 × 48
+// bytes; a lane seen for a short while holds only its samples, rounded up
+// to a power of two from 16.
 func TestMemoryBound(t *testing.T) {
 	if unsafe.Sizeof(Sample{}) != 48 {
 		t.Fatalf("a Sample is %d bytes; the docs say 48", unsafe.Sizeof(Sample{}))
@@ -77,6 +78,13 @@ func TestMemoryBound(t *testing.T) {
 		return m.HeapAlloc
 	}
 	before := heap()
+	young := New(15*time.Minute, 2*time.Second)
+	for tick := range 20 {
+		young.Record(map[string]Sample{"a": at(int64(tick), 1)})
+	}
+	if c := cap(young.lanes["a"].buf); c != 32 {
+		t.Fatalf("20 samples take room for %d", c)
+	}
 	h := New(15*time.Minute, 2*time.Second)
 	samples := make(map[string]Sample, 1000)
 	for i := range 1000 {
@@ -94,8 +102,8 @@ func TestMemoryBound(t *testing.T) {
 	if used > want*11/10 {
 		t.Fatalf("history holds %d bytes, want at most %d (+10%%)", used, want)
 	}
-	if n := len(h.Since(0)[0].Samples); n != 450 {
-		t.Fatalf("a lane kept %d samples, want 450", n)
+	if n, c := len(h.Since(0)[0].Samples), cap(h.lanes["http://gw-0/v1|model"].buf); n != 450 || c != 450 {
+		t.Fatalf("a lane kept %d samples in room for %d, want 450 in 450", n, c)
 	}
 	runtime.KeepAlive(h)
 }
