@@ -229,14 +229,8 @@ func TestModelChecks(t *testing.T) {
 		"protolabs/smart|x":            400,
 		"protolabs/smart with a space": 400,
 	} {
-		res, err := http.Post(h.base+"/proxy/gw/chat/completions", "application/json", strings.NewReader(`{"model":"`+model+`"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != want {
-			t.Errorf("model %.40q: %d %s, want %d", model, res.StatusCode, b, want)
+		if code, b := postJSON(t, h.base+"/proxy/gw/chat/completions", `{"model":"`+model+`"}`); code != want {
+			t.Errorf("model %.40q: %d %s, want %d", model, code, b, want)
 		}
 	}
 	if n := h.srv.Limiter().Lanes(); n != 2 || h.calls.Load() != 2 {

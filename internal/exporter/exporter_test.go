@@ -398,6 +398,19 @@ func get(t *testing.T, url string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
+// postJSON posts body to url as JSON and returns the status and the
+// whole answer.
+func postJSON(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
 // The routes and the status page are served beside the proxy.
 func TestRoutesAndStatusPage(t *testing.T) {
 	r := newProxy(t, oneSlot)

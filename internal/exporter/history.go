@@ -44,7 +44,8 @@ func (p *sampler) schedule() {
 }
 
 func (p *sampler) tick() {
-	p.s.history.Record(samplesOf(p.s.tel.Snapshot(), p.s.tel.ClassifyLanes, p.clock.Now()))
+	snap := p.s.tel.Snapshot()
+	p.s.history.Record(samplesOf(snap, p.s.tel.ClassifyLanes(snap), p.clock.Now()))
 	p.schedule()
 }
 
@@ -57,9 +58,9 @@ func (p *sampler) stop() {
 	}
 }
 
-// samplesOf is one sample of each lane of snap, at now.
-func samplesOf(snap limiter.Snapshot, classifyLanes func(limiter.Snapshot) []classify.Classification, now time.Time) map[string]history.Sample {
-	cls := classifyLanes(snap)
+// samplesOf is one sample of each lane of snap, at now; cls is snap's
+// classification, lane by lane.
+func samplesOf(snap limiter.Snapshot, cls []classify.Classification, now time.Time) map[string]history.Sample {
 	out := make(map[string]history.Sample, len(snap.Lanes))
 	for i, l := range snap.Lanes {
 		wait := float32(math.NaN())

@@ -94,12 +94,7 @@ func TestHistoryRoute(t *testing.T) {
 	if code != 400 || !strings.Contains(body, `"invalid_query"`) || !strings.Contains(body, "since") {
 		t.Fatalf("a bad since: %d %s", code, body)
 	}
-	res, err := http.Post(r.front.URL+HistoryPath, "application/json", strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusMethodNotAllowed {
-		t.Fatalf("POST %s: %d, want 405", HistoryPath, res.StatusCode)
+	if code, _ := postJSON(t, r.front.URL+HistoryPath, "{}"); code != http.StatusMethodNotAllowed {
+		t.Fatalf("POST %s: %d, want 405", HistoryPath, code)
 	}
 }

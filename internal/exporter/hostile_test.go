@@ -177,12 +177,7 @@ func containsSeries(metrics, prefix, label string) bool {
 func TestIdleLanesLeaveMetrics(t *testing.T) {
 	clock := limitertest.NewClock(time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC))
 	h := newHostile(t, "limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\nlimits: {lane_idle_ttl: 10m}\n", Options{Clock: clock})
-	res, err := http.Post(h.base+"/proxy/gw/chat/completions", "application/json", strings.NewReader(`{"model":"passing/by","messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	postJSON(t, h.base+"/proxy/gw/chat/completions", `{"model":"passing/by","messages":[]}`)
 	_, metrics := get(t, h.base+"/metrics")
 	if !strings.Contains(metrics, "passing/by") || h.srv.Limiter().Lanes() != 1 {
 		t.Fatal("the lane is not there to begin with")

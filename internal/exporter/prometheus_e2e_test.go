@@ -282,12 +282,7 @@ shared: {redis_url: "%s", lease_ttl: 1s}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Shutdown(context.Background()) })
-	res, err := http.Post("http://"+l.Addr+"/proxy/healthy/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	postJSON(t, "http://"+l.Addr+"/proxy/healthy/chat/completions", `{"model":"m"}`)
 	held, err := srv.Limiter().Acquire(context.Background(), upstream+"/v1|m")
 	if err != nil {
 		t.Fatal(err)

@@ -126,12 +126,7 @@ shared: {redis_url: "%s", lease_ttl: 1s}
 	defer srv.Shutdown(context.Background())
 	front := httptest.NewServer(srv.Handler())
 	defer front.Close()
-	res, err := http.Post(front.URL+"/proxy/gw/chat/completions", "application/json", strings.NewReader(chat))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
+	postJSON(t, front.URL+"/proxy/gw/chat/completions", chat)
 	held, err := srv.Limiter().Acquire(context.Background(), upstream+"/v1|protolabs/smart") // so that someone holds a slot
 	if err != nil {
 		t.Fatal(err)

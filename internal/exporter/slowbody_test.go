@@ -70,14 +70,8 @@ func TestSlowBodyFlood(t *testing.T) {
 		slow, g, float64(mem)/(1<<20), float64(st)/(1<<20), float64(mem+st)/slow/1024)
 
 	// An honest client, on HTTP/1.1 and on HTTP/2.
-	res, err := http.Post(h.base+path, "application/json", strings.NewReader(`{"model":"m"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Fatalf("an honest call during the flood: %d", res.StatusCode)
+	if code, _ := postJSON(t, h.base+path, `{"model":"m"}`); code != 200 {
+		t.Fatalf("an honest call during the flood: %d", code)
 	}
 	honest := dialH2(t, h.l.Addr)
 	honest.post(path, []byte(`{"model":"m"}`), true)
@@ -190,14 +184,8 @@ func TestConnectionShareBounded(t *testing.T) {
 		t.Fatal("one connection took more than its share of the budget")
 	}
 	h.srv.queued.Release(budget - share)
-	res, err := http.Post(h.base+"/proxy/gw/chat/completions", "application/json", strings.NewReader(`{"model":"m"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Fatalf("an honest call beside the greedy connection: %d", res.StatusCode)
+	if code, _ := postJSON(t, h.base+"/proxy/gw/chat/completions", `{"model":"m"}`); code != 200 {
+		t.Fatalf("an honest call beside the greedy connection: %d", code)
 	}
 	for _, w := range writers {
 		w.CloseWithError(errors.New("gone"))
