@@ -38,9 +38,12 @@ type Backend interface {
 // Request is one acquisition asked of a Backend.
 type Request struct {
 	Lane     string
-	Priority Priority  // the call's own class
-	Arrival  time.Time // its logical arrival (see WithArrival), on the limiter's clock
-	Config   Config    // the settings in force: MaxInflight, the reserve, QueueTimeout
+	Priority Priority // the call's own class
+	// Tenant is the call's tenant (DefaultTenant when it names none): the
+	// backend shares the lane between tenants as Config.Fairness says.
+	Tenant  string
+	Arrival time.Time // its logical arrival (see WithArrival), on the limiter's clock
+	Config  Config    // the settings in force: MaxInflight, the reserve, QueueTimeout, Fairness
 	// Queued, if the call has to wait, is called once, on the goroutine
 	// that called Acquire and before Acquire returns, with its place in
 	// line (waiters of the same or a higher class, itself included).
@@ -123,7 +126,9 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(start) {
 		arrival = a
 	}
+	t := ln.tenantLocked(cfg, TenantFrom(ctx))
 	ln.waiting[p.Index()]++
+	t.queued++
 	ln.touchLocked(start)
 	ln.adaptLocked(l.cfg.Load())
 	// An adaptive limit is this process's (see Adaptive). A copy: the
@@ -136,9 +141,9 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(l.down, cancel)()
-	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Arrival: arrival, Config: *cfg, Queued: func(pos int) {
+	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Queued: func(pos int) {
 		place = pos
-		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Position: pos})
+		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.name, Position: pos})
 	}})
 	if err != nil && ctx.Err() == nil && l.closed.Load() {
 		err = ErrShuttingDown
@@ -148,14 +153,15 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	if place == 0 {
 		waited = 0 // granted without queueing: the round trip is not a wait
 	}
-	e := Event{Lane: key, Priority: p, Wait: waited, Position: place}
+	e := Event{Lane: key, Priority: p, Tenant: t.name, Wait: waited, Position: place}
 	ln.mu.Lock()
 	ln.waiting[p.Index()]--
+	t.queued--
 	ln.touchLocked(now)
 	var s Slot
 	switch {
 	case err == nil:
-		h := ln.takeLocked(p)
+		h := ln.takeLocked(cfg, p, t)
 		h.lease = lease
 		s = Slot{h: h, gen: h.gen, lost: lease.Lost()}
 		if place == 0 {

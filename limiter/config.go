@@ -3,6 +3,9 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -54,22 +57,54 @@ type Config struct {
 	// long as the limiter.
 	LaneIdleTTL time.Duration
 
+	// Fairness sets how each lane is shared between the tenants of its
+	// calls (see WithTenant and Fairness); nil means no weights, no cap
+	// per tenant and no bound on tenants. A pointer, as Adaptive is, so
+	// that a Config stays comparable.
+	Fairness *Fairness
+
 	// Adaptive, when set, makes each lane's limit move between
 	// Adaptive.MinInflight and MaxInflight (see Adaptive). nil: MaxInflight
 	// is the limit.
 	Adaptive *Adaptive
 }
 
+// Fairness is how a lane shares its slots between tenants. Within one
+// effective class (aging and the reserve apply first, unchanged), the next
+// slot goes to the tenant that has received the least service: the
+// slot-time its calls held, divided by its weight; within a tenant, first
+// come first served. A tenant that starts waiting is raised to the least
+// service of those waiting, so idleness banks no credit. With one tenant
+// (calls that name none are all DefaultTenant's) the order is exactly
+// class, then arrival.
+type Fairness struct {
+	// Weights gives tenants other than 1 their weight: a tenant of
+	// weight 2 gets twice the slot-time of one of weight 1 while both
+	// wait. Each weight must be above 0.
+	Weights map[string]float64
+	// MaxInflightPerTenant, if above 0, is the most slots one tenant holds
+	// in a lane at once, even with no one else waiting.
+	MaxInflightPerTenant int
+	// MaxTenants bounds the tenants a lane tracks by name (besides
+	// DefaultTenant); the calls of any more share OtherTenant. Tenant
+	// names come from callers and each costs memory and metric series.
+	// 0 means no bound. A name tracked keeps its place for the lane's life.
+	MaxTenants int
+}
+
 // Defaults of DefaultConfig.
 const (
 	DefaultMaxLanes    = 1000
 	DefaultLaneIdleTTL = time.Hour
+	DefaultMaxTenants  = 100
 )
 
 // DefaultConfig returns the documented defaults: MaxInflight 0 (off),
-// QueueTimeout 300 s, InteractiveReserve 1, MaxLanes 1000, LaneIdleTTL 1 h.
+// QueueTimeout 300 s, InteractiveReserve 1, MaxLanes 1000, LaneIdleTTL 1 h,
+// Fairness.MaxTenants 100.
 func DefaultConfig() Config {
-	return Config{QueueTimeout: DefaultQueueTimeout, InteractiveReserve: 1, MaxLanes: DefaultMaxLanes, LaneIdleTTL: DefaultLaneIdleTTL}
+	return Config{QueueTimeout: DefaultQueueTimeout, InteractiveReserve: 1, MaxLanes: DefaultMaxLanes, LaneIdleTTL: DefaultLaneIdleTTL,
+		Fairness: &Fairness{MaxTenants: DefaultMaxTenants}}
 }
 
 // A SettingError is one setting of a Config out of range. Validate
@@ -107,6 +142,20 @@ func (c Config) Validate() error {
 	if c.LaneIdleTTL < 0 {
 		bad("lane_idle_ttl", "is %s: want 0 (keep lanes) or more", c.LaneIdleTTL)
 	}
+	f := c.fairness()
+	if f.MaxInflightPerTenant < 0 {
+		bad("fairness.max_inflight_per_tenant", "is %d: want 0 (no cap) or more", f.MaxInflightPerTenant)
+	}
+	if f.MaxTenants < 0 {
+		bad("max_tenants", "is %d: want 0 (no bound) or more", f.MaxTenants)
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Weights)) {
+		if err := ValidTenant(name); err != nil {
+			bad("fairness.weights", "names %q: %v", name, strings.TrimPrefix(err.Error(), "limiter: "))
+		} else if w := f.Weights[name]; !validWeight(w) {
+			bad("fairness.weights."+name, "is %v: want a number above 0", w)
+		}
+	}
 	// An adaptive limit with MaxInflight 0 is allowed: the limiter is off,
 	// and the settings apply once a reload turns it back on.
 	if a := c.Adaptive; a != nil {
@@ -118,6 +167,14 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fairness returns the fairness settings, the zero ones for nil.
+func (c *Config) fairness() *Fairness {
+	if c.Fairness == nil {
+		return &Fairness{}
+	}
+	return c.Fairness
 }
 
 // Reserve returns the reserve in force: InteractiveReserve clamped to

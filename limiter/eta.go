@@ -30,7 +30,7 @@ const maxETA = 24 * time.Hour
 // then for one more slot to free: (ahead+1) / rate, where rate is the
 // lane's service rate for the slots the class may use (View.ServiceRate).
 func (l *lane) etaLocked(cfg *Config, now time.Time, v *stats.View) *ETA {
-	ahead := l.q.aheadOf(now)
+	ahead := l.q.aheadOf(l.ns(now))
 	var e ETA
 	for _, p := range []Priority{Interactive, Default, Bulk} {
 		var est *Seconds

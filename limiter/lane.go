@@ -25,6 +25,9 @@ type lane struct {
 	others int
 	free   []*hold // released holds, reused so that a grant allocates nothing
 	q      queue
+	// tenants are the lane's tenants: the queue orders their calls by
+	// their service (see queue and tenant).
+	tenants tenants
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
@@ -75,10 +78,18 @@ type hold struct {
 	gen   uint64
 	prio  Priority // the holder's own class
 	lease Lease    // the Backend's slot, with a backend
+	t     *tenant  // whose call it is
+	// timed is set when the grant was charged to the tenant's service, at
+	// at (ns since the limiter's origin), with charge (see tenant).
+	timed  bool
+	at     int64
+	charge float64
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
-	l := &lane{lim: lim, key: key, stats: stats.New(lim.origin)}
+	l := &lane{lim: lim, key: key, stats: stats.New(lim.origin), q: newQueue()}
+	l.tenants.deflt = newTenant(DefaultTenant, initialSlotTime)
+	l.tenants.est = initialSlotTime
 	l.touchLocked(lim.clock.Now())
 	l.adaptLocked(cfg)
 	return l
@@ -139,12 +150,12 @@ func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 // does not, only the non-interactive cap can be in its way, and then the
 // first interactive waiter is the only one that fits. Aging changes the
 // order, never the cap.
-func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
+func (l *lane) nextLocked(cfg *Config, now int64) *waiter {
 	if cfg.MaxInflight == 0 {
 		return l.q.best(now)
 	}
 	if l.drainReserveLocked(cfg) {
-		if w := l.q.classes[Interactive.Index()].head(); w != nil {
+		if w := l.q.interactive(); w != nil {
 			return w
 		}
 	}
@@ -154,7 +165,7 @@ func (l *lane) nextLocked(cfg *Config, now time.Time) *waiter {
 	if l.others < capFor(cfg, Bulk) {
 		return l.q.best(now)
 	}
-	return l.q.classes[Interactive.Index()].head()
+	return l.q.interactive()
 }
 
 // dispatchLocked grants slots to waiters while any may have one.
@@ -167,12 +178,12 @@ func (l *lane) dispatchLocked(now time.Time) {
 	}
 	for l.q.n > 0 && !l.lim.closed.Load() {
 		l.settleDrainLocked(cfg)
-		w := l.nextLocked(cfg, now)
+		w := l.nextLocked(cfg, l.ns(now))
 		if w == nil {
 			return
 		}
 		l.dequeueLocked(w, now)
-		w.hold = l.takeLocked(w.prio)
+		w.hold = l.takeLocked(cfg, w.prio, w.t)
 		w.gen = w.hold.gen
 		w.waited = now.Sub(w.enqueued)
 		l.stats.Wait(now, w.waited)
@@ -181,8 +192,12 @@ func (l *lane) dispatchLocked(now time.Time) {
 	}
 }
 
-// takeLocked counts a new holder of class p and returns its hold.
-func (l *lane) takeLocked(p Priority) *hold {
+// ns returns now in ns since the limiter's origin, as the queue keeps time.
+func (l *lane) ns(now time.Time) int64 { return int64(now.Sub(l.lim.origin)) }
+
+// takeLocked counts a new holder of class p, tenant t's call, under cfg,
+// and returns its hold.
+func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant) *hold {
 	l.inflight++
 	if l.adapt != nil {
 		now := l.lim.clock.Now()
@@ -201,6 +216,7 @@ func (l *lane) takeLocked(p Priority) *hold {
 		h = &hold{lane: l}
 	}
 	h.prio = p
+	l.chargeLocked(cfg, t, h)
 	return h
 }
 
@@ -214,14 +230,17 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 	} else if timeout != l.timeout {
 		l.mixed = true
 	}
-	l.q.push(w)
+	if w.t.queued == 0 {
+		l.liftLocked(w.t)
+	}
+	l.q.push(w, l.ns(w.enqueued))
 	if l.timer == nil || w.deadline.Before(l.timerAt) {
 		l.armLocked(w.deadline)
 	}
 }
 
 func (l *lane) dequeueLocked(w *waiter, now time.Time) {
-	l.q.remove(w)
+	l.q.remove(w, l.ns(now))
 	if l.q.n == 0 {
 		l.stats.Busy(now, now.Sub(l.busyAt))
 		l.since, l.busyAt = time.Time{}, time.Time{}
@@ -298,8 +317,8 @@ func (l *lane) busyNowLocked(now time.Time) time.Duration {
 
 // grantNowLocked takes a slot for a call that fits with no one ahead of it,
 // and counts its zero wait.
-func (l *lane) grantNowLocked(p Priority) *hold {
-	h := l.takeLocked(p)
+func (l *lane) grantNowLocked(cfg *Config, p Priority, t *tenant) *hold {
+	h := l.takeLocked(cfg, p, t)
 	l.freshenLocked()
 	l.stats.Zero()
 	l.touched = l.stats.Current()
@@ -328,12 +347,12 @@ func (l *lane) stepEnded() {
 // out, or its context ends. It is called with mu held and returns with it
 // released: the lock must cover the enqueue and the first dispatch, and
 // must not be held while the call blocks.
-func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, error) {
+func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant) (Slot, error) {
 	lim := l.lim
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)
 	defer lim.putWaiter(w)
-	w.prio, w.arrival, w.enqueued, w.seq = p, now, now, l.seq
+	w.prio, w.t, w.arrival, w.enqueued, w.seq = p, t, now, now, l.seq
 	l.seq++
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
 		w.arrival = a
@@ -349,13 +368,13 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 	if w.state == granted {
 		<-w.ready
 		l.mu.Unlock()
-		l.emitWait(ctx, Acquired, p, 0, 0)
+		l.emitWait(ctx, Acquired, p, t.name, 0, 0)
 		return Slot{h: w.hold, gen: w.gen}, nil
 	}
 	// The lane's timer bounds the wait from the moment w was queued, before
 	// anyone could learn of it (enqueueLocked).
 	l.mu.Unlock()
-	l.emitWait(ctx, Enqueued, p, 0, w.place) // w is the lane's until its wait ends
+	l.emitWait(ctx, Enqueued, p, t.name, 0, w.place) // w is the lane's until its wait ends
 
 	select {
 	case <-w.ready:
@@ -375,7 +394,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 
 	switch w.state {
 	case granted:
-		l.emitWait(ctx, Acquired, p, w.waited, w.place)
+		l.emitWait(ctx, Acquired, p, t.name, w.waited, w.place)
 		s := Slot{h: w.hold, gen: w.gen}
 		if err := ctx.Err(); err != nil {
 			// The grant raced the cancellation: hand the slot on.
@@ -384,13 +403,13 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 		}
 		return s, nil
 	case timedOut:
-		l.emitWait(ctx, TimedOut, p, w.waited, w.err.(*QueueTimeoutError).Position)
+		l.emitWait(ctx, TimedOut, p, t.name, w.waited, w.err.(*QueueTimeoutError).Position)
 		return Slot{}, w.err
 	case refused:
-		l.emitWait(ctx, Refused, p, w.waited, w.place)
+		l.emitWait(ctx, Refused, p, t.name, w.waited, w.place)
 		return Slot{}, w.err
 	default:
-		l.emitWait(ctx, Canceled, p, w.waited, w.place)
+		l.emitWait(ctx, Canceled, p, t.name, w.waited, w.place)
 		return Slot{}, ctx.Err()
 	}
 }
@@ -399,8 +418,8 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority) (Slot, e
 // as emit is (docs/DESIGN.md, "A queued call's stack").
 //
 //go:noinline
-func (l *lane) emitWait(ctx context.Context, kind EventKind, p Priority, wait time.Duration, position int) {
-	e := Event{Kind: kind, Lane: l.key, Priority: p, Wait: wait, Position: position}
+func (l *lane) emitWait(ctx context.Context, kind EventKind, p Priority, tenant string, wait time.Duration, position int) {
+	e := Event{Kind: kind, Lane: l.key, Priority: p, Tenant: tenant, Wait: wait, Position: position}
 	for _, o := range l.lim.observers {
 		l.lim.call(o, ctx, &e)
 	}
@@ -415,7 +434,7 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 		Lane:         l.key,
 		Priority:     w.prio,
 		Waited:       now.Sub(w.enqueued),
-		Position:     l.q.position(w, now),
+		Position:     l.q.position(w, l.ns(now)),
 		Queued:       l.q.n,
 		Limit:        cfg.MaxInflight,
 		QueueTimeout: cfg.queueTimeout(),
@@ -424,7 +443,7 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	l.touchLocked(now)
 	l.dequeueLocked(w, now)
 	l.stats.Timeout(now, e.Waited)
-	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now, l.q.aheadOf(now)[w.prio.Index()])
+	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now, l.q.aheadOf(l.ns(now))[w.prio.Index()])
 	w.waited, w.err = e.Waited, e
 	w.end(timedOut)
 	// Removing a waiter frees no slot, so no one else can be granted now.
@@ -453,6 +472,7 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	h.gen++
 	p, lease := h.prio, h.lease
 	h.lease = nil
+	l.settleLocked(l.lim.cfg.Load(), h)
 	l.inflight--
 	if l.adapt != nil {
 		l.adapt.Load(l.lim.clock.Now(), l.inflight)
@@ -482,11 +502,13 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		Inflight: l.inflight,
 		Queued:   l.q.n,
 		QueuedByPriority: QueuedByPriority{
-			Interactive: len(l.q.classes[Interactive.Index()]),
-			Default:     len(l.q.classes[Default.Index()]),
-			Bulk:        len(l.q.classes[Bulk.Index()]),
+			Interactive: l.q.byClass[Interactive.Index()],
+			Default:     l.q.byClass[Default.Index()],
+			Bulk:        l.q.byClass[Bulk.Index()],
 		},
 	}
+	s.AllTenants = l.snapshotTenants(cfg)
+	s.Tenants = topTenants(s.AllTenants)
 	if l.q.oldest != nil {
 		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())
 		s.Saturated = now.Sub(l.since) >= saturationAfter

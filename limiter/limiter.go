@@ -94,6 +94,7 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		ln := v.(*lane)
 		ln.mu.Lock()
 		ln.adaptLocked(&cfg)
+		ln.recapLocked(&cfg)
 		if ln.q.n > 0 {
 			ln.dispatchLocked(l.clock.Now())
 		}
@@ -146,16 +147,17 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		cfg = ln.effLocked(cfg)
 		ln.settleDrainLocked(cfg)
 	}
-	if ln.q.n == 0 && ln.fitsLocked(cfg, p) {
-		h := ln.grantNowLocked(p)
+	t := ln.tenantLocked(cfg, TenantFrom(ctx))
+	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) {
+		h := ln.grantNowLocked(cfg, p, t)
 		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
-			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p})
+			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p, Tenant: t.name})
 		}
 		return Slot{h: h, gen: gen}, nil
 	}
-	return ln.waitLocked(ctx, cfg, p)
+	return ln.waitLocked(ctx, cfg, p, t)
 }
 
 // lane returns the lane named key, making it if it does not exist and

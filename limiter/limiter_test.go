@@ -518,11 +518,12 @@ func TestBadConfigRefused(t *testing.T) {
 			}
 		}
 	}
-	h := newHarness(t, cfgN(2))
+	c := cfgN(2)
+	h := newHarness(t, c)
 	if err := h.lim.SetConfig(limiter.Config{MaxInflight: -3}); err == nil {
 		t.Fatal("SetConfig accepted a negative limit")
 	}
-	if got := h.lim.Config(); got != cfgN(2) {
+	if got := h.lim.Config(); got != c {
 		t.Fatalf("config after refused SetConfig = %+v", got)
 	}
 }

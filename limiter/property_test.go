@@ -22,9 +22,22 @@ import (
 // granted, timed out or canceled must be exactly the model's, and the
 // snapshot must agree with the model: inflight, queue by class, oldest
 // wait, saturation, timeouts and wait percentiles of the last 5 minutes.
-func TestRandomized(t *testing.T) {
+//
+// Its calls name no tenant, so it also proves that a lane of one tenant
+// orders them exactly as class, then arrival (the model's order with every
+// tenant's service equal); TestRandomizedTenants draws tenants.
+func TestRandomized(t *testing.T) { randomized(t, false) }
+
+// TestRandomizedTenants is TestRandomized with calls of several tenants,
+// fairness settings drawn by reconfigurations (weights, a cap per tenant,
+// a bound on tenants), and the model's tenants' service, in flight and
+// queued compared with the snapshot's after every step.
+func TestRandomizedTenants(t *testing.T) { randomized(t, true) }
+
+func randomized(t *testing.T, tenants bool) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModel(rt)
+		m.tenants = tenants
 		defer m.teardown()
 		rt.Repeat(map[string]func(*rapid.T){
 			"acquire": m.acquire,
@@ -41,6 +54,7 @@ func TestRandomized(t *testing.T) {
 type mWaiter struct {
 	id                string
 	lane              string
+	tenant            string // as the lane tracks it
 	prio              limiter.Priority
 	arrival, enqueued time.Time
 	seq               int
@@ -51,6 +65,10 @@ type mWaiter struct {
 type mHeld struct {
 	id     string
 	lane   string
+	tenant string
+	timed  bool    // charged to the tenant's service at at (ns since t0)
+	at     int64   // with charge
+	charge float64 // what the grant was charged
 	prio   limiter.Priority
 	slot   *limiter.Slot
 	onLane bool // false for the zero slot of a limiter that was off
@@ -68,10 +86,28 @@ type mLane struct {
 	since    time.Time // queue non-empty since; zero when empty
 	grants   []mGrant
 	timeouts []time.Time
+	// The lane's tenants, by name as it tracks them; named counts those
+	// besides default and other. measured: a named tenant was seen, so
+	// grants are charged. last: the tenant granted last. est: the lane's
+	// mean slot-time, seeding a new tenant's.
+	tenants  map[string]*mTenant
+	named    int
+	measured bool
+	last     string
+	est      float64
+}
+
+// mTenant is a tenant's share in the model, computed as package limiter's
+// documentation states it: a grant is charged the tenant's mean slot-time
+// over its weight; a release settles the difference to the real one.
+type mTenant struct {
+	vs, est, served float64
+	inflight        int
 }
 
 type model struct {
 	t       *rapid.T
+	tenants bool // calls name tenants
 	h       *harness
 	holders *holderCount // the limiter's holders by class, from its events
 	lowered bool         // a reconfiguration may have left more holders than the new limits allow
@@ -128,9 +164,113 @@ func (m *model) now() time.Time { return m.h.clock.Now() }
 
 func (m *model) lane(k string) *mLane {
 	if m.lanes[k] == nil {
-		m.lanes[k] = &mLane{}
+		m.lanes[k] = &mLane{tenants: map[string]*mTenant{"default": {est: 1}}, est: 1}
 	}
 	return m.lanes[k]
+}
+
+// tenant returns the name lane k tracks a call of tenant name under.
+func (m *model) tenant(k, name string) string {
+	ln := m.lane(k)
+	if name == "" {
+		name = "default"
+	}
+	if ln.tenants[name] != nil {
+		return name
+	}
+	ln.measured = true
+	if name == "other" || (m.fairness().MaxTenants > 0 && ln.named >= m.fairness().MaxTenants) {
+		name = "other"
+		if ln.tenants[name] == nil {
+			ln.tenants[name] = &mTenant{est: ln.est}
+		}
+		return name
+	}
+	ln.named++
+	ln.tenants[name] = &mTenant{est: ln.est}
+	return name
+}
+
+func (m *model) fairness() limiter.Fairness {
+	if m.cfg.Fairness == nil {
+		return limiter.Fairness{}
+	}
+	return *m.cfg.Fairness
+}
+
+func (m *model) weight(name string) float64 {
+	if w, ok := m.fairness().Weights[name]; ok {
+		return w
+	}
+	return 1
+}
+
+// capped reports whether tenant name of lane k holds its cap of slots.
+func (m *model) capped(k, name string) bool {
+	c := m.fairness().MaxInflightPerTenant
+	return m.cfg.MaxInflight > 0 && c > 0 && m.lane(k).tenants[name].inflight >= c
+}
+
+func (m *model) hasWaiters(k, tenant string) bool {
+	return slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k && o.tenant == tenant })
+}
+
+// lift raises the service of tenant name, which starts waiting in lane k,
+// to the least of the tenants waiting there (and not at their cap), or
+// with none, to the service of the tenant granted last.
+func (m *model) lift(k, name string) {
+	ln := m.lane(k)
+	floor, ok := 0.0, false
+	for _, w := range m.waiters {
+		if w.lane == k && !m.capped(k, w.tenant) {
+			if v := ln.tenants[w.tenant].vs; !ok || v < floor {
+				floor, ok = v, true
+			}
+		}
+	}
+	if !ok {
+		if ln.last == "" {
+			return
+		}
+		floor = ln.tenants[ln.last].vs
+	}
+	ln.tenants[name].vs = max(ln.tenants[name].vs, floor)
+}
+
+// grant counts a grant to hd in lane k.
+func (m *model) grant(k string, hd *mHeld) {
+	ln := m.lane(k)
+	ln.inflight++
+	if hd.prio != limiter.Interactive {
+		ln.others++
+	}
+	t := ln.tenants[hd.tenant]
+	t.inflight++
+	ln.last = hd.tenant
+	if ln.measured {
+		hd.timed, hd.at = true, int64(m.now().Sub(t0))
+		hd.charge = t.est / m.weight(hd.tenant)
+		t.vs += hd.charge
+	}
+	m.held = append(m.held, hd)
+}
+
+// settleRelease counts the release of hd.
+func (m *model) settleRelease(hd *mHeld) {
+	ln := m.lane(hd.lane)
+	ln.inflight--
+	if hd.prio != limiter.Interactive {
+		ln.others--
+	}
+	t := ln.tenants[hd.tenant]
+	t.inflight--
+	if hd.timed {
+		d := float64(int64(m.now().Sub(t0))-hd.at) / 1e9
+		t.vs += d/m.weight(hd.tenant) - hd.charge
+		t.served += d
+		t.est += (d - t.est) / 4
+		ln.est += (d - ln.est) / 8
+	}
 }
 
 func rank(w *mWaiter, now time.Time) limiter.Priority {
@@ -153,10 +293,10 @@ func (m *model) dispatch(k string) []string {
 		onlyInteractive := m.cfg.MaxInflight > 0 && ln.others >= m.cfg.MaxInflight-m.cfg.Reserve()
 		var pick *mWaiter
 		for _, w := range m.waiters {
-			if w.lane != k || (onlyInteractive && w.prio != limiter.Interactive) {
+			if w.lane != k || (onlyInteractive && w.prio != limiter.Interactive) || m.capped(k, w.tenant) {
 				continue
 			}
-			if pick == nil || better(w, pick, now) {
+			if pick == nil || m.better(w, pick, now) {
 				pick = w
 			}
 		}
@@ -164,20 +304,21 @@ func (m *model) dispatch(k string) []string {
 			break
 		}
 		m.removeWaiter(pick)
-		ln.inflight++
-		if pick.prio != limiter.Interactive {
-			ln.others++
-		}
 		ln.grants = append(ln.grants, mGrant{at: now, wait: now.Sub(pick.enqueued)})
-		m.held = append(m.held, &mHeld{id: pick.id, lane: k, prio: pick.prio, onLane: true, cancel: pick.cancel})
+		m.grant(k, &mHeld{id: pick.id, lane: k, tenant: pick.tenant, prio: pick.prio, onLane: true, cancel: pick.cancel})
 		got = append(got, pick.id)
 	}
 	return got
 }
 
-func better(a, b *mWaiter, now time.Time) bool {
+// better reports whether a is served before b: by effective class, then
+// by its tenant's service, then by arrival, then first come.
+func (m *model) better(a, b *mWaiter, now time.Time) bool {
 	if ra, rb := rank(a, now), rank(b, now); ra != rb {
 		return ra < rb
+	}
+	if va, vb := m.lane(a.lane).tenants[a.tenant].vs, m.lane(b.lane).tenants[b.tenant].vs; va != vb {
+		return va < vb
 	}
 	if !a.arrival.Equal(b.arrival) {
 		return a.arrival.Before(b.arrival)
@@ -214,9 +355,16 @@ func (m *model) acquire(t *rapid.T) {
 	k := rapid.SampledFrom([]string{"L1", "L2"}).Draw(t, "lane")
 	p := rapid.SampledFrom([]limiter.Priority{limiter.Interactive, limiter.Default, limiter.Bulk}).Draw(t, "priority")
 	back := rapid.SampledFrom([]time.Duration{0, 0, 0, 30 * time.Second, 61 * time.Second, 130 * time.Second}).Draw(t, "arrival_back")
+	name := ""
+	if m.tenants {
+		name = rapid.SampledFrom([]string{"", "a", "a", "b", "c", "other"}).Draw(t, "tenant")
+	}
 	m.n++
 	id := fmt.Sprintf("c%d", m.n)
 	ctx, cancel := context.WithCancel(context.Background())
+	if name != "" {
+		ctx = limiter.WithTenant(ctx, name)
+	}
 	now := m.now()
 	arrival := now
 	if back > 0 {
@@ -231,13 +379,27 @@ func (m *model) acquire(t *rapid.T) {
 		m.held = append(m.held, &mHeld{id: id, lane: k, prio: p, slot: &r.slot, cancel: cancel})
 		return
 	}
-	w := &mWaiter{id: id, lane: k, prio: p, arrival: arrival, enqueued: now, seq: m.seq, deadline: now.Add(m.cfg.QueueTimeout), cancel: cancel}
+	tn := m.tenant(k, name)
+	w := &mWaiter{id: id, lane: k, tenant: tn, prio: p, arrival: arrival, enqueued: now, seq: m.seq, deadline: now.Add(m.cfg.QueueTimeout), cancel: cancel}
 	m.seq++
-	if !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k }) {
-		m.lane(k).since = now
+	var got []string
+	ml := m.lane(k)
+	fits := ml.inflight < m.cfg.MaxInflight && (p == limiter.Interactive || ml.others < m.cfg.MaxInflight-m.cfg.Reserve())
+	if !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k }) && fits && !m.capped(k, tn) {
+		// Granted at once, without joining the queue.
+		ml.grants = append(ml.grants, mGrant{at: now})
+		m.grant(k, &mHeld{id: id, lane: k, tenant: tn, prio: p, onLane: true, cancel: cancel})
+		got = []string{id}
+	} else {
+		if !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k }) {
+			ml.since = now
+		}
+		if !m.hasWaiters(k, tn) {
+			m.lift(k, tn)
+		}
+		m.waiters = append(m.waiters, w)
+		got = m.dispatch(k)
 	}
-	m.waiters = append(m.waiters, w)
-	got := m.dispatch(k)
 	if len(got) > 1 || (len(got) == 1 && got[0] != id) {
 		t.Fatalf("model: a newcomer granted %v", got)
 	}
@@ -272,10 +434,7 @@ func (m *model) release(t *rapid.T) {
 	hd.cancel()
 	var got []string
 	if hd.onLane {
-		m.lane(hd.lane).inflight--
-		if hd.prio != limiter.Interactive {
-			m.lane(hd.lane).others--
-		}
+		m.settleRelease(hd)
 		got = m.dispatch(hd.lane)
 	}
 	m.settle(got, nil)
@@ -315,6 +474,16 @@ func (m *model) config(t *rapid.T) {
 		MaxInflight:        rapid.SampledFrom([]int{0, 1, 1, 2, 2, 3, 4}).Draw(t, "limit"),
 		QueueTimeout:       rapid.SampledFrom([]time.Duration{20 * time.Second, 120 * time.Second, 300 * time.Second}).Draw(t, "timeout"),
 		InteractiveReserve: rapid.IntRange(0, 2).Draw(t, "reserve"),
+	}
+	if m.tenants {
+		f := limiter.Fairness{
+			MaxInflightPerTenant: rapid.SampledFrom([]int{0, 0, 1, 2}).Draw(t, "cap"),
+			MaxTenants:           rapid.SampledFrom([]int{0, 2}).Draw(t, "max_tenants"),
+		}
+		if rapid.Bool().Draw(t, "weights") {
+			f.Weights = map[string]float64{"a": 2, "c": 0.5}
+		}
+		cfg.Fairness = &f
 	}
 	if err := m.h.lim.SetConfig(cfg); err != nil {
 		t.Fatal(err)
@@ -362,6 +531,7 @@ func (m *model) check(t *rapid.T) {
 		if l.Inflight != ml.inflight || l.QueuedByPriority != q || l.Queued != q.Interactive+q.Default+q.Bulk {
 			t.Fatalf("lane %s: inflight %d queued %+v, model %d %+v", l.Lane, l.Inflight, l.QueuedByPriority, ml.inflight, q)
 		}
+		m.checkTenants(t, l)
 		if l.Limit != m.cfg.MaxInflight || l.Reserve != m.cfg.Reserve() {
 			t.Fatalf("lane %s: limit %d reserve %d, config %+v", l.Lane, l.Limit, l.Reserve, m.cfg)
 		}
@@ -382,7 +552,7 @@ func (m *model) check(t *rapid.T) {
 		// free slot must be a non-interactive one held back by the cap.
 		if free := m.cfg.MaxInflight - ml.inflight; free > 0 {
 			for _, w := range m.waiters {
-				if w.lane == l.Lane && (w.prio == limiter.Interactive || ml.others < m.cfg.MaxInflight-m.cfg.Reserve()) {
+				if w.lane == l.Lane && !m.capped(l.Lane, w.tenant) && (w.prio == limiter.Interactive || ml.others < m.cfg.MaxInflight-m.cfg.Reserve()) {
 					t.Fatalf("lane %s: %s (%s) waits with %d slots free", l.Lane, w.id, w.prio, free)
 				}
 			}
@@ -442,6 +612,38 @@ func (m *model) check(t *rapid.T) {
 	for k, ml := range m.lanes {
 		if ml.inflight < 0 {
 			t.Fatalf("lane %s: model inflight %d", k, ml.inflight)
+		}
+	}
+}
+
+// checkTenants compares a lane's tenants with the model's: in flight,
+// queued, service (to the float), weight; and the top ten and other.
+func (m *model) checkTenants(t *rapid.T, l limiter.LaneSnapshot) {
+	ml := m.lane(l.Lane)
+	if !ml.measured {
+		if l.Tenants != nil || l.AllTenants != nil {
+			t.Fatalf("lane %s: tenants %+v with no named tenant seen", l.Lane, l.Tenants)
+		}
+		return
+	}
+	if len(l.AllTenants) != len(ml.tenants) {
+		t.Fatalf("lane %s: tenants %+v, model has %d", l.Lane, l.AllTenants, len(ml.tenants))
+	}
+	queued := map[string]int{}
+	for _, w := range m.waiters {
+		if w.lane == l.Lane {
+			queued[w.tenant]++
+		}
+	}
+	for _, s := range l.AllTenants {
+		mt := ml.tenants[s.Tenant]
+		if mt == nil || s.Inflight != mt.inflight || s.Queued != queued[s.Tenant] || float64(s.Service) != mt.served || s.Weight != m.weight(s.Tenant) {
+			t.Fatalf("lane %s: tenant %+v, model %+v queued %d", l.Lane, s, mt, queued[s.Tenant])
+		}
+	}
+	if len(l.AllTenants) <= limiter.SnapshotTenantsShown && !slices.ContainsFunc(l.AllTenants, func(s limiter.TenantSnapshot) bool { return s.Tenant == "other" }) {
+		if len(l.Tenants) != len(l.AllTenants) {
+			t.Fatalf("lane %s: top tenants %+v of %+v", l.Lane, l.Tenants, l.AllTenants)
 		}
 	}
 }

@@ -50,6 +50,16 @@ type LaneSnapshot struct {
 	// Saturated are the lane's global figures, and Shared gives this
 	// process's share and who holds the slots. An extra key.
 	Shared *Shared `json:"shared,omitempty"`
+	// Tenants is the lane's share per tenant, busiest first (by queued,
+	// then in flight): the first SnapshotTenantsShown, then the rest summed
+	// as OtherTenant. nil (and the key left out) while the lane has seen
+	// no named tenant. With a Backend, these are this process's calls.
+	// An extra key.
+	Tenants []TenantSnapshot `json:"tenants,omitempty"`
+	// AllTenants is every tenant the lane tracks, sorted as Tenants, for
+	// metrics: their series must not move between tenants as the top
+	// ten changes. Not in the JSON.
+	AllTenants []TenantSnapshot `json:"-"`
 	// Adaptive is set for a lane with an adaptive limit: then Limit and
 	// Reserve are the ones in force now. An extra key.
 	Adaptive *AdaptiveState `json:"adaptive,omitempty"`

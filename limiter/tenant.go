@@ -1,0 +1,313 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Tenant names the lane keeps for itself.
+const (
+	// DefaultTenant is the tenant of a call that carries none: a lane whose
+	// calls name no tenant has this one only, and orders them exactly as
+	// it would with no tenants at all.
+	DefaultTenant = "default"
+	// OtherTenant is the tenant of the calls whose own tenant a lane does
+	// not track by name, beyond Fairness.MaxTenants; the snapshot's
+	// "tenants" also sums the tenants past its first ten under it.
+	OtherTenant = "other"
+)
+
+// MaxTenantLen is the longest tenant name ValidTenant accepts.
+const MaxTenantLen = 64
+
+// ValidTenant reports whether name is a valid tenant name: 1 to
+// MaxTenantLen bytes of A-Z, a-z, 0-9 and . _ : -. Tenant names become
+// metric labels; a caller that takes them from its own callers (a proxy's
+// header) should refuse the others.
+func ValidTenant(name string) error {
+	if name == "" || len(name) > MaxTenantLen {
+		return fmt.Errorf("limiter: tenant %q: want 1 to %d bytes", truncate(name, MaxTenantLen), MaxTenantLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("limiter: tenant %q: byte %d is not one of A-Z a-z 0-9 . _ : -", truncate(name, MaxTenantLen), i)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+type tenantKey struct{}
+
+// WithTenant returns a context whose model calls are tenant name's: within
+// a class, a lane shares its slots fairly between tenants (see Fairness).
+// Goroutines started with the returned context inherit the tenant. The
+// empty name is DefaultTenant.
+func WithTenant(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, name)
+}
+
+// TenantFrom returns the tenant carried by ctx, or "" when it carries none.
+func TenantFrom(ctx context.Context) string {
+	s, _ := ctx.Value(tenantKey{}).(string)
+	return s
+}
+
+// initialSlotTime is what a grant is charged, in seconds of slot-time,
+// before any call of its lane has ended (see tenant.est).
+const initialSlotTime = 1.0
+
+// tenant is one tenant of one lane: its share of the lane's service and
+// its calls there. Guarded by the lane's lock.
+//
+// Its service is the slot-time its calls held, divided by its weight. A
+// call is charged when it is granted, with an estimate (est: the mean
+// slot-time of the tenant's calls, or the lane's before the tenant has
+// any), and the difference to its real slot-time is settled when it is
+// released, so that a tenant holding many slots at once is charged for
+// them while they run, not only once they end.
+type tenant struct {
+	name     string
+	vs       float64 // weighted service, in seconds of slot-time per unit of weight
+	est      float64 // what a grant is charged, in seconds of slot-time
+	served   float64 // slot-time received, in seconds (unweighted)
+	inflight int
+	queued   int
+	parked   bool // at its cap: its calls are out of the queue's heads
+	q        [3]fifo
+}
+
+func newTenant(name string, est float64) *tenant {
+	t := &tenant{name: name, est: est}
+	for i := range t.q {
+		t.q[i] = fifo{t: t, class: int8(i), slot: -1}
+	}
+	return t
+}
+
+// tenants is a lane's tenants.
+type tenants struct {
+	byName map[string]*tenant // every tenant but the default
+	deflt  *tenant
+	other  *tenant // made with the first tenant past the bound
+	// last is the tenant granted last: the service a tenant that starts
+	// waiting while no other waits is raised to.
+	last *tenant
+	// measured is set once a call named a tenant: from then on grants
+	// read the clock, to charge their slot-time. A lane of the default
+	// tenant alone has no one to be fair to, and reads no clock for it.
+	measured bool
+	est      float64 // the mean slot-time of the lane's calls, in seconds
+}
+
+// tenantLocked returns the tenant called name, made if need be; past
+// cfg's bound of tenants, OtherTenant.
+func (l *lane) tenantLocked(cfg *Config, name string) *tenant {
+	ts := &l.tenants
+	if name == "" || name == DefaultTenant {
+		return ts.deflt
+	}
+	if t, ok := ts.byName[name]; ok {
+		return t
+	}
+	ts.measured = true
+	if ts.byName == nil {
+		ts.byName = map[string]*tenant{}
+	}
+	named := len(ts.byName)
+	if ts.other != nil {
+		named--
+	}
+	if name == OtherTenant || (cfg.fairness().MaxTenants > 0 && named >= cfg.fairness().MaxTenants) {
+		if ts.other == nil {
+			ts.other = newTenant(OtherTenant, ts.est)
+			ts.byName[OtherTenant] = ts.other
+		}
+		return ts.other
+	}
+	t := newTenant(name, ts.est)
+	ts.byName[name] = t
+	return t
+}
+
+// weight returns t's weight under cfg.
+func (cfg *Config) weight(t *tenant) float64 {
+	if f := cfg.Fairness; f != nil {
+		if w, ok := f.Weights[t.name]; ok {
+			return w
+		}
+	}
+	return 1
+}
+
+// nowNS returns the clock's time in ns since the limiter's origin.
+func (l *lane) nowNS() int64 { return int64(l.lim.clock.Now().Sub(l.lim.origin)) }
+
+// liftLocked raises the service of t, which starts waiting, to the least
+// service of the tenants waiting (or, with none, of the tenant granted
+// last), so that a tenant that was idle banks no credit to spend in a
+// burst later: it is served as if it had been backlogged all along, from
+// its first call (start-time fair queuing's virtual time; VTC's lift).
+func (l *lane) liftLocked(t *tenant) {
+	floor, ok := l.q.minService()
+	if !ok {
+		if l.tenants.last == nil {
+			return
+		}
+		floor = l.tenants.last.vs
+	}
+	if t.vs < floor {
+		t.vs = floor
+		l.q.serviceChanged(t) // its heads, if parked with waiters, are out
+	}
+}
+
+// chargeLocked counts a grant to t, held by h, at now (ns since the
+// origin; read only if the lane measures service).
+func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold) {
+	h.t = t
+	t.inflight++
+	l.tenants.last = t
+	if l.tenants.measured {
+		h.timed, h.at = true, l.nowNS()
+		h.charge = t.est / cfg.weight(t)
+		t.vs += h.charge
+		l.q.serviceChanged(t)
+	}
+	if capped(cfg, t) && !t.parked {
+		l.q.park(t)
+	}
+}
+
+// settleLocked counts the release of h: its slot-time, less what its grant
+// was charged, and the tenant's cap.
+func (l *lane) settleLocked(cfg *Config, h *hold) {
+	t := h.t
+	h.t = nil
+	t.inflight--
+	var now int64
+	if h.timed || l.tenants.measured {
+		now = l.nowNS()
+	}
+	if h.timed {
+		d := float64(now-h.at) / 1e9
+		t.vs += d/cfg.weight(t) - h.charge
+		t.served += d
+		t.est += (d - t.est) / 4
+		l.tenants.est += (d - l.tenants.est) / 8
+		h.timed, h.at, h.charge = false, 0, 0
+		l.q.serviceChanged(t)
+	}
+	if t.parked && !capped(cfg, t) {
+		if now == 0 {
+			now = l.nowNS()
+		}
+		l.q.unpark(t, now)
+	}
+}
+
+func capped(cfg *Config, t *tenant) bool {
+	// Off (MaxInflight 0), a lane admits every waiter: no cap either.
+	f := cfg.Fairness
+	return cfg.MaxInflight > 0 && f != nil && f.MaxInflightPerTenant > 0 && t.inflight >= f.MaxInflightPerTenant
+}
+
+// recapLocked parks and unparks the tenants after the cap changed.
+func (l *lane) recapLocked(cfg *Config) {
+	now := l.nowNS()
+	l.eachTenant(func(t *tenant) {
+		switch c := capped(cfg, t); {
+		case c && !t.parked:
+			l.q.park(t)
+		case !c && t.parked:
+			l.q.unpark(t, now)
+		}
+	})
+}
+
+func (l *lane) eachTenant(f func(*tenant)) {
+	f(l.tenants.deflt)
+	for _, t := range l.tenants.byName {
+		f(t)
+	}
+}
+
+// TenantSnapshot is one tenant's share of a lane.
+type TenantSnapshot struct {
+	Tenant   string `json:"tenant"`
+	Inflight int    `json:"inflight"`
+	Queued   int    `json:"queued"`
+	// Service is the slot-time its calls have held since the lane first
+	// saw a named tenant, in seconds (weights not applied); a call counts
+	// when it ends.
+	Service Seconds `json:"service_s"`
+	Weight  float64 `json:"weight"`
+}
+
+// snapshotTenants returns every tenant of the lane, the busiest first (by
+// queued, then in flight, then name), or nil while it has seen no named
+// tenant.
+func (l *lane) snapshotTenants(cfg *Config) []TenantSnapshot {
+	if !l.tenants.measured {
+		return nil
+	}
+	var out []TenantSnapshot
+	l.eachTenant(func(t *tenant) {
+		out = append(out, TenantSnapshot{Tenant: t.name, Inflight: t.inflight, Queued: t.queued,
+			Service: Seconds(t.served), Weight: cfg.weight(t)})
+	})
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Queued != b.Queued {
+			return a.Queued > b.Queued
+		}
+		if a.Inflight != b.Inflight {
+			return a.Inflight > b.Inflight
+		}
+		return a.Tenant < b.Tenant
+	})
+	return out
+}
+
+// SnapshotTenantsShown is how many tenants a lane's snapshot names; the
+// rest are summed as OtherTenant.
+const SnapshotTenantsShown = 10
+
+// topTenants returns the first SnapshotTenantsShown of all (sorted as
+// snapshotTenants sorts), then the rest summed as OtherTenant.
+func topTenants(all []TenantSnapshot) []TenantSnapshot {
+	if all == nil {
+		return nil
+	}
+	var top []TenantSnapshot
+	other := TenantSnapshot{Tenant: OtherTenant, Weight: 1}
+	seen := false
+	for _, t := range all {
+		if t.Tenant != OtherTenant && len(top) < SnapshotTenantsShown {
+			top = append(top, t)
+			continue
+		}
+		other.Inflight += t.Inflight
+		other.Queued += t.Queued
+		other.Service += t.Service
+		seen = true
+	}
+	if seen {
+		top = append(top, other)
+	}
+	for i := range top {
+		top[i].Service = seconds(float64(top[i].Service))
+	}
+	return top
+}
+
+func validWeight(w float64) bool { return w > 0 && !math.IsInf(w, 0) && !math.IsNaN(w) }
