@@ -102,6 +102,7 @@ type mLane struct {
 // over its weight; a release settles the difference to the real one.
 type mTenant struct {
 	vs, est, served float64
+	pending         float64 // what its calls in flight were charged
 	inflight        int
 }
 
@@ -217,7 +218,8 @@ func (m *model) hasWaiters(k, tenant string) bool {
 
 // lift raises the service of tenant name, which starts waiting in lane k,
 // to the least of the tenants waiting there (and not at their cap), or
-// with none, to the service of the tenant granted last.
+// with none, to the service of the tenant granted last, less what its
+// calls in flight were charged.
 func (m *model) lift(k, name string) {
 	ln := m.lane(k)
 	floor, ok := 0.0, false
@@ -232,7 +234,7 @@ func (m *model) lift(k, name string) {
 		if ln.last == "" {
 			return
 		}
-		floor = ln.tenants[ln.last].vs
+		floor = ln.tenants[ln.last].vs - ln.tenants[ln.last].pending
 	}
 	ln.tenants[name].vs = max(ln.tenants[name].vs, floor)
 }
@@ -251,6 +253,7 @@ func (m *model) grant(k string, hd *mHeld) {
 		hd.timed, hd.at = true, int64(m.now().Sub(t0))
 		hd.charge = t.est / m.weight(hd.tenant)
 		t.vs += hd.charge
+		t.pending += hd.charge
 	}
 	m.held = append(m.held, hd)
 }
@@ -267,6 +270,7 @@ func (m *model) settleRelease(hd *mHeld) {
 	if hd.timed {
 		d := float64(int64(m.now().Sub(t0))-hd.at) / 1e9
 		t.vs += d/m.weight(hd.tenant) - hd.charge
+		t.pending -= hd.charge
 		t.served += d
 		t.est += (d - t.est) / 4
 		ln.est += (d - ln.est) / 8

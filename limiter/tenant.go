@@ -78,6 +78,7 @@ const initialSlotTime = 1.0
 type tenant struct {
 	name     string
 	vs       float64 // weighted service, in seconds of slot-time per unit of weight
+	pending  float64 // the part of vs charged to calls still in flight
 	est      float64 // what a grant is charged, in seconds of slot-time
 	served   float64 // slot-time received, in seconds (unweighted)
 	inflight int
@@ -157,13 +158,15 @@ func (l *lane) nowNS() int64 { return int64(l.lim.clock.Now().Sub(l.lim.origin))
 // last), so that a tenant that was idle banks no credit to spend in a
 // burst later: it is served as if it had been backlogged all along, from
 // its first call (start-time fair queuing's virtual time; VTC's lift).
+// With no one waiting, the floor leaves out what the last tenant's calls
+// in flight were charged ahead: they are being served while t waits.
 func (l *lane) liftLocked(t *tenant) {
 	floor, ok := l.q.minService()
 	if !ok {
 		if l.tenants.last == nil {
 			return
 		}
-		floor = l.tenants.last.vs
+		floor = l.tenants.last.vs - l.tenants.last.pending
 	}
 	if t.vs < floor {
 		t.vs = floor
@@ -181,6 +184,7 @@ func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold) {
 		h.timed, h.at = true, l.nowNS()
 		h.charge = t.est / cfg.weight(t)
 		t.vs += h.charge
+		t.pending += h.charge
 		l.q.serviceChanged(t)
 	}
 	if capped(cfg, t) && !t.parked {
@@ -201,6 +205,7 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 	if h.timed {
 		d := float64(now-h.at) / 1e9
 		t.vs += d/cfg.weight(t) - h.charge
+		t.pending -= h.charge
 		t.served += d
 		t.est += (d - t.est) / 4
 		l.tenants.est += (d - l.tenants.est) / 8
