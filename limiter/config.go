@@ -147,7 +147,7 @@ func (c Config) Validate() error {
 		bad("fairness.max_inflight_per_tenant", "is %d: want 0 (no cap) or more", f.MaxInflightPerTenant)
 	}
 	if f.MaxTenants < 0 {
-		bad("max_tenants", "is %d: want 0 (no bound) or more", f.MaxTenants)
+		bad("fairness.max_tenants", "is %d: want 0 (no bound) or more", f.MaxTenants)
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Weights)) {
 		if err := ValidTenant(name); err != nil {

@@ -45,9 +45,8 @@
 // of one slot, and by at most the lane's limit times the longest call in
 // a lane of more, since each call in flight was charged an estimate its
 // real length may exceed; multi-server fair queuing has bounds that grow
-// with the servers likewise (TestFairnessBound measures it: the worst
-// spread seen is 1.0, 1.7 and 2.7 times the longest call with 1, 2 and 4
-// slots).
+// with the servers likewise (TestFairnessBound checks it, and logs the
+// worst spread it sees).
 //
 // Fairness.MaxInflightPerTenant caps the slots one tenant holds at once;
 // Fairness.MaxTenants bounds the tenants a lane tracks by name, beyond

@@ -217,17 +217,42 @@ func (m *model) hasWaiters(k, tenant string) bool {
 }
 
 // lift raises the service of tenant name, which starts waiting in lane k,
-// to the least of the tenants waiting there (and not at their cap), or
-// with none, to the service of the tenant granted last, less what its
-// calls in flight were charged.
+// to the least settled service (less what its calls in flight were
+// charged) of the tenants first in line in each (class, aging tier) among
+// those waiting there and not at their cap, or with none, of the tenant
+// granted last.
 func (m *model) lift(k, name string) {
 	ln := m.lane(k)
-	floor, ok := 0.0, false
+	now := m.now()
+	// The head of each waiting tenant's calls of each class, and the first
+	// of those heads in each (class, tier): by service, arrival, seq.
+	type key struct {
+		class int
+		tier  int
+	}
+	first := map[key]*mWaiter{}
+	heads := map[string]*mWaiter{}
 	for _, w := range m.waiters {
-		if w.lane == k && !m.capped(k, w.tenant) {
-			if v := ln.tenants[w.tenant].vs; !ok || v < floor {
-				floor, ok = v, true
-			}
+		if w.lane != k || m.capped(k, w.tenant) {
+			continue
+		}
+		hk := fmt.Sprintf("%s/%d", w.tenant, w.prio.Index())
+		if h := heads[hk]; h == nil || w.arrival.Before(h.arrival) || (w.arrival.Equal(h.arrival) && w.seq < h.seq) {
+			heads[hk] = w
+		}
+	}
+	for _, h := range heads {
+		c := h.prio.Index()
+		kk := key{c, min(int(now.Sub(h.arrival)/(60*time.Second)), 2, c)}
+		if f := first[kk]; f == nil || m.headFirst(h, f) {
+			first[kk] = h
+		}
+	}
+	floor, ok := 0.0, false
+	for _, h := range first {
+		t := ln.tenants[h.tenant]
+		if v := t.vs - t.pending; !ok || v < floor {
+			floor, ok = v, true
 		}
 	}
 	if !ok {
@@ -237,6 +262,17 @@ func (m *model) lift(k, name string) {
 		floor = ln.tenants[ln.last].vs - ln.tenants[ln.last].pending
 	}
 	ln.tenants[name].vs = max(ln.tenants[name].vs, floor)
+}
+
+// headFirst orders two heads of one (class, tier).
+func (m *model) headFirst(a, b *mWaiter) bool {
+	if va, vb := m.lane(a.lane).tenants[a.tenant].vs, m.lane(b.lane).tenants[b.tenant].vs; va != vb {
+		return va < vb
+	}
+	if !a.arrival.Equal(b.arrival) {
+		return a.arrival.Before(b.arrival)
+	}
+	return a.seq < b.seq
 }
 
 // grant counts a grant to hd in lane k.

@@ -482,14 +482,16 @@ func (q *queue) interactive() *waiter {
 	return nil
 }
 
-// minService returns the least service among the tenants whose calls are
-// among the heads, and whether there is one.
-func (q *queue) minService() (float64, bool) {
+// minSettled returns the least settled service (less what its calls in
+// flight were charged ahead) of the tenants first in line in each of the
+// six heaps, and whether there is one. Only the tops are read, so that it
+// costs O(1): they are the tenants served next in each class and tier.
+func (q *queue) minSettled() (float64, bool) {
 	var m float64
 	ok := false
 	for s := range q.fair {
-		if f := q.fair[s].top(); f != nil && (!ok || f.t.vs < m) {
-			m, ok = f.t.vs, true
+		if f := q.fair[s].top(); f != nil && (!ok || f.t.vs-f.t.pending < m) {
+			m, ok = f.t.vs-f.t.pending, true
 		}
 	}
 	return m, ok

@@ -154,14 +154,15 @@ func (cfg *Config) weight(t *tenant) float64 {
 func (l *lane) nowNS() int64 { return int64(l.lim.clock.Now().Sub(l.lim.origin)) }
 
 // liftLocked raises the service of t, which starts waiting, to the least
-// service of the tenants waiting (or, with none, of the tenant granted
-// last), so that a tenant that was idle banks no credit to spend in a
+// service of the tenants first in line (or, with none waiting, of the
+// tenant granted last), so that a tenant that was idle banks no credit to spend in a
 // burst later: it is served as if it had been backlogged all along, from
 // its first call (start-time fair queuing's virtual time; VTC's lift).
-// With no one waiting, the floor leaves out what the last tenant's calls
-// in flight were charged ahead: they are being served while t waits.
+// The floor is settled service: it leaves out what the others' calls in
+// flight were charged ahead, an estimate that may exceed what they turn
+// out to hold, and they are being served while t waits.
 func (l *lane) liftLocked(t *tenant) {
-	floor, ok := l.q.minService()
+	floor, ok := l.q.minSettled()
 	if !ok {
 		if l.tenants.last == nil {
 			return

@@ -161,6 +161,11 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 	ctx, span := b.tracer.Start(ctx, "llm.queue_wait", trace.WithTimestamp(now.Add(-e.Wait)), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String("llmlanes.lane", e.Lane), attribute.String("llmlanes.priority", e.Priority.String()),
 			attribute.Int("llmlanes.queue.position", e.Position), attribute.String("llmlanes.outcome", outcome)))
+	if e.Tenant != "" {
+		// The tenant as the lane tracks it: a name, default or other.
+		call.SetAttributes(attribute.String("llmlanes.tenant", e.Tenant))
+		span.SetAttributes(attribute.String("llmlanes.tenant", e.Tenant))
+	}
 	switch e.Kind {
 	case limiter.TimedOut:
 		span.SetAttributes(semconv.ErrorTypeKey.String("lane_queue_timeout"))

@@ -177,7 +177,15 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		inflight, depth, limit, reserve, sat []metricdata.DataPoint[int64]
 		oldest, sharedAge                    []metricdata.DataPoint[float64]
 		holders, sharedUp                    []metricdata.DataPoint[int64]
+		tenantIn, tenantQ                    []metricdata.DataPoint[int64]
+		tenantService                        []metricdata.DataPoint[float64]
 	)
+	started := make(map[string]time.Time, len(lanes))
+	for _, m := range lanes {
+		if v, ok := m.lane.Value("lane"); ok {
+			started[v.AsString()] = m.start
+		}
+	}
 	sum := func(dst *[]metricdata.DataPoint[int64], m *laneMetrics, attrs attribute.Set, v int64) {
 		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: m.start, Time: now, Value: v})
 	}
@@ -214,6 +222,16 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 			n int
 		}{{limiter.Interactive, q.Interactive}, {limiter.Default, q.Default}, {limiter.Bulk, q.Bulk}} {
 			gauge(&depth, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("priority", c.p.String())), int64(c.n))
+		}
+		for _, tn := range l.AllTenants {
+			ta := attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("tenant", tn.Tenant))
+			gauge(&tenantIn, ta, int64(tn.Inflight))
+			gauge(&tenantQ, ta, int64(tn.Queued))
+			start, ok := started[l.Lane]
+			if !ok {
+				start = now
+			}
+			tenantService = append(tenantService, metricdata.DataPoint[float64]{Attributes: ta, StartTime: start, Time: now, Value: float64(tn.Service)})
 		}
 		if sh := l.Shared; sh != nil {
 			gauge(&sharedUp, a, boolInt(sh.State == limiter.BackendOK))
@@ -253,6 +271,13 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		igauge("llm.saturated", "", "1 when the lane's queue has been non-empty for 60 s or more, else 0.", sat),
 		{Name: "llm.oldest_wait", Unit: "s", Description: "How long the lane's longest-waiting call has waited.",
 			Data: metricdata.Gauge[float64]{DataPoints: oldest}},
+	}
+	if len(tenantIn) > 0 { // lanes that have seen a named tenant only
+		ms = append(ms,
+			igauge("llm.tenant.inflight", "{call}", "Model calls holding a lane slot, by tenant.", tenantIn),
+			igauge("llm.tenant.queue.depth", "{call}", "Model calls waiting for a lane slot, by tenant.", tenantQ),
+			metricdata.Metrics{Name: "llm.tenant.service", Unit: "s", Description: "Slot-time a tenant's model calls have held in the lane (weights not applied), counted as each call ends: the service its fair share is measured in.",
+				Data: metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: tenantService}})
 	}
 	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
 		ms = append(ms,

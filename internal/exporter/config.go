@@ -64,6 +64,19 @@ type LimiterConfig struct {
 	// Adaptive, when present, makes max_inflight the ceiling of a limit
 	// learned from the gateway (see limiter.Adaptive).
 	Adaptive *AdaptiveConfig `yaml:"adaptive"`
+	// Fairness shares each lane between tenants (see limiter.Fairness).
+	Fairness FairnessConfig `yaml:"fairness"`
+}
+
+// FairnessConfig is limiter.fairness.
+type FairnessConfig struct {
+	// TenantFrom says where a call's tenant comes from: "header" (the
+	// default: X-LLM-Tenant), "credential" (a short hash of the caller's
+	// Authorization or x-api-key, never the secret itself) or
+	// "header:NAME" (the value of request header NAME).
+	TenantFrom           string             `yaml:"tenant_from"`
+	Weights              map[string]float64 `yaml:"weights"`
+	MaxInflightPerTenant int                `yaml:"max_inflight_per_tenant"` // 0: no cap
 }
 
 // AdaptiveConfig is limiter.adaptive.
@@ -115,6 +128,9 @@ type LimitsConfig struct {
 	// never less than proxy.max_body_bytes.
 	MaxConnectionQueuedBytes int64 `yaml:"max_connection_queued_bytes"`
 	MaxModelBytes            int   `yaml:"max_model_bytes"` // default 256
+	// MaxTenants is how many tenants a lane tracks by name; the calls of
+	// any more share the tenant "other". Default 100.
+	MaxTenants int `yaml:"max_tenants"`
 }
 
 // ServerConfig bounds the connections of lanes-exporter's HTTP server; a
@@ -293,6 +309,9 @@ func (c *Config) check() error {
 	if err := c.limiterConfig().Validate(); errors.As(err, &se) {
 		return keyErr("limiter."+se.Setting, "%s", se.Problem)
 	}
+	if _, err := parseTenantFrom(c.Limiter.Fairness.TenantFrom); err != nil {
+		return keyErr("limiter.fairness.tenant_from", "%v", err)
+	}
 	if len(c.Upstreams) == 0 {
 		return keyErr("upstreams", "none configured: the proxy needs at least one {name, base_url}")
 	}
@@ -371,6 +390,8 @@ func (c *Config) limiterConfig() limiter.Config {
 	if a := c.Limiter.Adaptive; a != nil {
 		lc.Adaptive = &limiter.Adaptive{MinInflight: a.MinInflight, Initial: a.Initial}
 	}
+	f := c.Limiter.Fairness
+	lc.Fairness = &limiter.Fairness{Weights: f.Weights, MaxInflightPerTenant: f.MaxInflightPerTenant, MaxTenants: c.Limits.MaxTenants}
 	return lc
 }
 
@@ -428,6 +449,7 @@ func (c *Config) checkBounds() error {
 	}{
 		{"limits.max_lanes", &c.Limits.MaxLanes, limiter.DefaultMaxLanes},
 		{"limits.max_model_bytes", &c.Limits.MaxModelBytes, DefaultMaxModelBytes},
+		{"limits.max_tenants", &c.Limits.MaxTenants, limiter.DefaultMaxTenants},
 		{"server.max_header_bytes", &c.Server.MaxHeaderBytes, DefaultMaxHeaderBytes},
 	} {
 		if *b.v < 0 {

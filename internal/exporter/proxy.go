@@ -69,6 +69,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 			out.RawQuery = pr.In.URL.RawQuery
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del(PriorityHeader)
+			pr.Out.Header.Del(TenantHeader)
 		},
 		Transport:      s.tel.Bridge().Transport(up.lanes, s.providerOpt(u)...),
 		FlushInterval:  -1, // streams pass through chunk by chunk
@@ -127,8 +128,17 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx = limiter.WithPriority(ctx, p)
 	}
-	rc := http.NewResponseController(w)
 	cfg := s.cfg.Load()
+	src, _ := parseTenantFrom(cfg.Limiter.Fairness.TenantFrom) // checked with the configuration
+	tenant, err := src.tenantOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, lanehttp.InvalidTenantCode, err.Error())
+		return
+	}
+	if tenant != "" {
+		ctx = limiter.WithTenant(ctx, tenant)
+	}
+	rc := http.NewResponseController(w)
 	if r.Method == http.MethodPost && lanehttp.IsModelCall(r) {
 		body, release, ok := s.readModelCall(w, r, rc, u, cfg)
 		if !ok {

@@ -36,6 +36,9 @@ const (
 	InvalidPathCode = "invalid_path"
 	// InvalidPriorityCode: 400, X-LLM-Priority names no class.
 	InvalidPriorityCode = "invalid_priority"
+	// InvalidTenantCode: 400, X-LLM-Tenant (or the header tenant_from
+	// names) is not 1 to 64 bytes of A-Z a-z 0-9 . _ : -.
+	InvalidTenantCode = "invalid_tenant"
 	// InvalidBodyCode: 400, the body could not be read (malformed, cut
 	// short).
 	InvalidBodyCode = "invalid_body"
