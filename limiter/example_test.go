@@ -115,3 +115,47 @@ func ExampleLimiter_Snapshot() {
 	//   }
 	// }
 }
+
+func ExampleWithTenant() {
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	enqueued := make(chan struct{}, 8)
+	lim, _ := limiter.New(limiter.Config{MaxInflight: 1}, limiter.WithClock(clock),
+		limiter.WithObserver(func(_ context.Context, e limiter.Event) {
+			if e.Kind == limiter.Enqueued {
+				enqueued <- struct{}{}
+			}
+		}))
+	lane := "https://gw/v1|protolabs/smart"
+	boardA := limiter.WithTenant(context.Background(), "board-a")
+	boardB := limiter.WithTenant(context.Background(), "board-b")
+	held, _ := lim.Acquire(boardA, lane)
+	type grant struct {
+		call string
+		slot limiter.Slot
+	}
+	granted := make(chan grant, 4)
+	queue := func(ctx context.Context, call string) {
+		go func() {
+			if s, err := lim.Acquire(ctx, lane); err == nil {
+				granted <- grant{call, s}
+			}
+		}()
+		<-enqueued
+	}
+	// Board A has the slot and queues three more calls; then board B
+	// queues one. B's goes first: A has had all the slot-time so far.
+	queue(boardA, "a1")
+	queue(boardA, "a2")
+	queue(boardA, "a3")
+	queue(boardB, "b1")
+	clock.Advance(time.Second)
+	held.Release()
+	for range 4 {
+		g := <-granted
+		fmt.Print(g.call, " ")
+		clock.Advance(time.Second) // each call holds its slot a second
+		g.slot.Release()
+	}
+	fmt.Println()
+	// Output: b1 a1 a2 a3
+}
