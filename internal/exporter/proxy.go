@@ -120,23 +120,10 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	// The caller's trace (traceparent) becomes the parent of the call's
 	// spans, which the bridge then hands on to the gateway.
 	ctx := s.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	if v := r.Header.Get(PriorityHeader); v != "" {
-		p, err := limiter.ParsePriority(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, lanehttp.InvalidPriorityCode, fmt.Sprintf("%s: %v", PriorityHeader, err))
-			return
-		}
-		ctx = limiter.WithPriority(ctx, p)
-	}
 	cfg := s.cfg.Load()
-	src, _ := parseTenantFrom(cfg.Limiter.Fairness.TenantFrom) // checked with the configuration
-	tenant, err := src.tenantOf(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, lanehttp.InvalidTenantCode, err.Error())
+	ctx, ok := callContext(ctx, w, r, cfg)
+	if !ok {
 		return
-	}
-	if tenant != "" {
-		ctx = limiter.WithTenant(ctx, tenant)
 	}
 	rc := http.NewResponseController(w)
 	if r.Method == http.MethodPost && lanehttp.IsModelCall(r) {
@@ -171,6 +158,33 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	// (lanehttp recognises it from its own memory, never from what the
 	// client claims).
 	u.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// callContext returns ctx with the call's class and tenant from r's
+// headers, or answers a 400 itself and returns ok false. It is out of
+// line, so that its frame is not on the stack of every queued call
+// (docs/DESIGN.md, "A queued call's stack").
+//
+//go:noinline
+func callContext(ctx context.Context, w http.ResponseWriter, r *http.Request, cfg *Config) (_ context.Context, ok bool) {
+	if v := r.Header.Get(PriorityHeader); v != "" {
+		p, err := limiter.ParsePriority(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, lanehttp.InvalidPriorityCode, fmt.Sprintf("%s: %v", PriorityHeader, err))
+			return ctx, false
+		}
+		ctx = limiter.WithPriority(ctx, p)
+	}
+	src, _ := parseTenantFrom(cfg.Limiter.Fairness.TenantFrom) // checked with the configuration
+	tenant, err := src.tenantOf(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, lanehttp.InvalidTenantCode, err.Error())
+		return ctx, false
+	}
+	if tenant != "" {
+		ctx = limiter.WithTenant(ctx, tenant)
+	}
+	return ctx, true
 }
 
 // readModelCall reads and checks a model call's body. It answers the client
