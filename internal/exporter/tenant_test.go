@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -264,5 +263,4 @@ upstreams:
 			t.Fatalf("tenant %+v: no slot-time counted", s)
 		}
 	}
-	_ = context.Background
 }
