@@ -14,38 +14,57 @@ import (
 // cost grows with the queue.
 func BenchmarkGrant(b *testing.B) {
 	for _, n := range []int{10, 1000, 100000} {
-		b.Run(fmt.Sprintf("waiters-%d", n), func(b *testing.B) {
-			start := time.Unix(0, 0)
-			lim, _ := New(Config{MaxInflight: 1, InteractiveReserve: 0}, WithClock(frozen{start}))
-			l := newLane(lim, "lane", lim.cfg.Load())
-			rng := rand.New(rand.NewPCG(1, 2))
-			now := start.Add(time.Hour)
-			// Arrivals come in order, as they do, except that one in ten is
-			// a retry that carries an arrival up to 5 minutes old.
-			mk := func(i int) *waiter {
-				arrival := now.Add(time.Duration(i) * time.Microsecond)
-				if rng.IntN(10) == 0 {
-					arrival = now.Add(-time.Duration(rng.IntN(300)) * time.Second)
-				}
-				w := &waiter{prio: Priority(rng.IntN(3) - 1), arrival: arrival, at: int64(arrival.Sub(start)), enqueued: now, seq: l.seq, ready: make(chan struct{}, 1)}
-				l.seq++
-				return w
-			}
-			for i := range n {
-				l.enqueueLocked(mk(i), time.Hour)
-			}
-			fresh := make([]*waiter, b.N) // made before timing: only the grant is measured
-			for i := range fresh {
-				fresh[i] = mk(n + i)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				l.inflight = 0
-				l.dispatchLocked(now)
-				l.enqueueLocked(fresh[i], time.Hour)
-			}
-		})
+		b.Run(fmt.Sprintf("waiters-%d", n), func(b *testing.B) { benchGrant(b, n, 0) })
+	}
+}
+
+// BenchmarkGrantTenants is BenchmarkGrant with 100,000 calls queued by 1,
+// 10 and 1,000 named tenants (round robin), so that their shares are
+// measured: the grant stays O(log n) in the waiters and the tenants.
+func BenchmarkGrantTenants(b *testing.B) {
+	for _, tenants := range []int{1, 10, 1000} {
+		b.Run(fmt.Sprintf("tenants-%d", tenants), func(b *testing.B) { benchGrant(b, 100000, tenants) })
+	}
+}
+
+func benchGrant(b *testing.B, n, tenants int) {
+	start := time.Unix(0, 0)
+	cfg := Config{MaxInflight: 1, InteractiveReserve: 0, Fairness: &Fairness{MaxTenants: tenants}}
+	lim, _ := New(cfg, WithClock(frozen{start}))
+	l := newLane(lim, "lane", lim.cfg.Load())
+	ts := []*tenant{l.tenants.deflt} // 0 tenants: calls that name none
+	if tenants > 0 {
+		ts = ts[:0]
+		for i := range tenants {
+			ts = append(ts, l.tenantLocked(&cfg, fmt.Sprintf("t%d", i)))
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := start.Add(time.Hour)
+	// Arrivals come in order, as they do, except that one in ten is
+	// a retry that carries an arrival up to 5 minutes old.
+	mk := func(i int) *waiter {
+		arrival := now.Add(time.Duration(i) * time.Microsecond)
+		if rng.IntN(10) == 0 {
+			arrival = now.Add(-time.Duration(rng.IntN(300)) * time.Second)
+		}
+		w := &waiter{prio: Priority(rng.IntN(3) - 1), t: ts[i%len(ts)], arrival: arrival, at: int64(arrival.Sub(start)), enqueued: now, seq: l.seq, ready: make(chan struct{}, 1)}
+		l.seq++
+		return w
+	}
+	for i := range n {
+		l.enqueueLocked(mk(i), time.Hour)
+	}
+	fresh := make([]*waiter, b.N) // made before timing: only the grant is measured
+	for i := range fresh {
+		fresh[i] = mk(n + i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l.inflight = 0
+		l.dispatchLocked(now)
+		l.enqueueLocked(fresh[i], time.Hour)
 	}
 }
 
