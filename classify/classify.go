@@ -116,7 +116,17 @@ type Classification struct {
 	// (or its snapshot, from another process, has no estimate).
 	ETA      limiter.ETA `json:"eta_s"`
 	Counts   Counts      `json:"counts"`
-	HoldText string      `json:"hold_text"`
+	// BusiestTenant is the tenant with the most calls queued in the lane,
+	// when the lane has seen named tenants and has calls queued; the hold
+	// text names it. An extra key.
+	BusiestTenant *TenantQueue `json:"busiest_tenant,omitempty"`
+	HoldText      string       `json:"hold_text"`
+}
+
+// TenantQueue is one tenant's queue in a lane.
+type TenantQueue struct {
+	Tenant string `json:"tenant"`
+	Queued int    `json:"queued"`
 }
 
 // Counts are the figures behind the reasons, for the last 5 minutes where
@@ -145,6 +155,11 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	}
 	if l.ETA != nil {
 		c.ETA = *l.ETA
+	}
+	// The snapshot's tenants come busiest first; the summed "other" is
+	// last and not one tenant.
+	if len(l.Tenants) > 0 && l.Tenants[0].Queued > 0 && l.Tenants[0].Tenant != limiter.OtherTenant {
+		c.BusiestTenant = &TenantQueue{Tenant: l.Tenants[0].Tenant, Queued: l.Tenants[0].Queued}
 	}
 	if u := l.Upstream; u != nil {
 		c.Counts.Exchanges5m = u.OK + u.ClientErrors + u.RateLimited + u.ServerErrors + u.TransportErrors + u.Stalls + u.Canceled
@@ -238,7 +253,11 @@ func holdText(c Classification, gateway bool) string {
 	if c.State == GatewayDegraded {
 		return fmt.Sprintf("gateway degraded: %s in 5 min", strings.Join(failing, ", ")) + timeouts(n)
 	}
-	text := fmt.Sprintf("gate queue: %d %s waiting, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), p90(c.LaneWaitP90S)) + timeouts(n)
+	from := ""
+	if b := c.BusiestTenant; b != nil {
+		from = fmt.Sprintf(" (%d from %s)", b.Queued, b.Tenant)
+	}
+	text := fmt.Sprintf("gate queue: %d %s waiting%s, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), from, p90(c.LaneWaitP90S)) + timeouts(n)
 	if gateway {
 		text += fmt.Sprintf("; gateway failing too: %s in 5 min", strings.Join(failing, ", "))
 	}

@@ -40,6 +40,15 @@ func TestClassify(t *testing.T) {
 			l.Inflight, l.Queued, l.Saturated, l.WaitP50, l.WaitP90 = 6, 9, true, sec(38), sec(171)
 			l.QueuedByPriority = limiter.QueuedByPriority{Default: 2, Bulk: 7}
 		}), classify.LocalQueue, []string{"saturated", "wait_p90"}, "gate queue: 9 calls waiting, p90 wait 171 s"},
+		{"saturated, by tenants: the busiest is named", with(func(l *limiter.LaneSnapshot) {
+			l.Inflight, l.Queued, l.Saturated, l.WaitP50, l.WaitP90 = 6, 9, true, sec(38), sec(171)
+			l.QueuedByPriority = limiter.QueuedByPriority{Default: 2, Bulk: 7}
+			l.Tenants = []limiter.TenantSnapshot{{Tenant: "board-a", Inflight: 4, Queued: 7}, {Tenant: "board-b", Inflight: 2, Queued: 2}}
+		}), classify.LocalQueue, []string{"saturated", "wait_p90"}, "gate queue: 9 calls waiting (7 from board-a), p90 wait 171 s"},
+		{"tenants, none queued: no name", with(func(l *limiter.LaneSnapshot) {
+			l.WaitP90 = sec(45)
+			l.Tenants = []limiter.TenantSnapshot{{Tenant: "board-a", Inflight: 4}}
+		}), classify.LocalQueue, []string{"wait_p90"}, "gate queue: 0 calls waiting, p90 wait 45 s"},
 		{"high p90 alone", with(func(l *limiter.LaneSnapshot) { l.WaitP90 = sec(45) }),
 			classify.LocalQueue, []string{"wait_p90"}, "gate queue: 0 calls waiting, p90 wait 45 s"},
 		{"p90 at the threshold is not over it", with(func(l *limiter.LaneSnapshot) { l.WaitP50, l.WaitP90 = sec(1), sec(30) }),

@@ -96,6 +96,8 @@ func TestBrowserStatusPage(t *testing.T) {
 		`class="state `, // its state badge
 		`updated `,      // the refresh ran
 		`Budget across processes`,
+		`data-tenant="board-a"`, // the tenants table: the demo's two boards
+		`data-tenant="board-b"`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("rendered page lacks %q", want)

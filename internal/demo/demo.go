@@ -126,8 +126,9 @@ func (d *Demo) load(ctx context.Context, url string) {
 	client := d.client
 	// call streams one chat completion; like the official SDKs it retries
 	// once after a 429 or 5xx that does not say x-should-retry: false,
-	// marking the retry with X-Stainless-Retry-Count.
-	call := func(priority, model string) {
+	// marking the retry with X-Stainless-Retry-Count. tenant, if not "",
+	// is its X-LLM-Tenant: two boards share the lane.
+	call := func(priority, model, tenant string) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
@@ -137,6 +138,9 @@ func (d *Demo) load(ctx context.Context, url string) {
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer sk-demo")
 				req.Header.Set(exporter.PriorityHeader, priority)
+				if tenant != "" {
+					req.Header.Set(exporter.TenantHeader, tenant)
+				}
 				req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(attempt))
 				res, err := client.Do(req)
 				if err != nil {
@@ -169,12 +173,16 @@ func (d *Demo) load(ctx context.Context, url string) {
 		}
 		d.Sim.SetConfig(base)
 	})
-	d.every(ctx, 3*time.Second, func(int) { call("interactive", "protolabs/smart") })     // an operator's chat
-	d.every(ctx, 1500*time.Millisecond, func(int) { call("default", "protolabs/smart") }) // coders
-	d.every(ctx, 20*time.Second, func(int) {                                              // three review panels of five finders
+	d.every(ctx, 3*time.Second, func(int) { call("interactive", "protolabs/smart", "") })            // an operator's chat
+	d.every(ctx, 1500*time.Millisecond, func(int) { call("default", "protolabs/smart", "board-b") }) // board B's coders
+	d.every(ctx, 20*time.Second, func(i int) {                                                       // three review panels of five finders: board A's, and every third board B's
+		board := "board-a"
+		if i%3 == 2 {
+			board = "board-b"
+		}
 		for range 15 {
-			call("bulk", "protolabs/smart")
+			call("bulk", "protolabs/smart", board)
 		}
 	})
-	d.every(ctx, time.Second, func(int) { call("default", "protolabs/fast") }) // a second model, under its limit
+	d.every(ctx, time.Second, func(int) { call("default", "protolabs/fast", "") }) // a second model, under its limit
 }
