@@ -190,7 +190,7 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 func Detail(prefix string) (dashboard.Dashboard, error) {
 	b := qb{prefix, `job=~"$job",instance=~"$instance",lane="$lane"`}
 	d := base("LLM lane — detail", "lane-detail",
-		"One llmlanes lane: its state, the wait heatmap with exemplars linking to traces, waits and queue by class, and upstream health.", prefix, false).
+		"One llmlanes lane: its state, the wait heatmap with exemplars linking to traces, waits and queue by class, tenants waiting and served, and upstream health.", prefix, false).
 		WithPanel(statPanel("State", "The lane's classification, as the classification route and the alert rules see it: idle, healthy, local_queue or gateway_degraded.", 6, 5,
 			b.q(`max by (state) (P_llm_lane_state{SEL} == 1)`, "{{state}}"))).
 		WithPanel(statPanel("Reasons", "Every classification reason that holds. Gateway reasons (upstream_errors, retries) stay listed when the state is local_queue.", 6, 5,
@@ -208,6 +208,15 @@ func Detail(prefix string) (dashboard.Dashboard, error) {
 			b.q(`histogram_quantile(0.9, sum by (priority, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{priority}}"))).
 		WithPanel(series("Queue depth by class", "Calls waiting for a slot, by class.", "short", 12, 8,
 			b.q(`sum by (priority) (P_llm_queue_depth{SEL})`, "{{priority}}")).
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
+		WithPanel(series("Queue by tenant", "Calls waiting for a slot, by tenant (X-LLM-Tenant; lanes whose calls name none show no tenant): who is waiting.", "short", 8, 8,
+			b.q(`sum by (tenant) (P_llm_tenant_queue_depth{SEL})`, "{{tenant}}")).
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
+		WithPanel(series("In flight by tenant", "Calls holding a slot, by tenant: who is being served.", "short", 8, 8,
+			b.q(`sum by (tenant) (P_llm_tenant_inflight{SEL})`, "{{tenant}}")).
+			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
+		WithPanel(series("Slot-time by tenant", "Slot-time each tenant's calls held per second (slots in use, counted as calls end): the service fair shares are measured in, before weights.", "short", 8, 8,
+			b.q(`sum by (tenant) (rate(P_llm_tenant_service_seconds_total{SEL}[$__rate_interval]))`, "{{tenant}}")).
 			Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
 		WithPanel(series("Upstream health", "The gateway's answers by outcome, retries and queue timeouts, per second.", "reqps", 24, 8,
 			b.q(`sum by (outcome) (rate(P_llm_upstream_requests_total{SEL}[$__rate_interval]))`, "{{outcome}}"),

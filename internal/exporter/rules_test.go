@@ -63,6 +63,7 @@ targets: [{name: vera, url: "%s", interval: 1h}]
 	call := func(retry string) int {
 		req, _ := http.NewRequest(http.MethodPost, front.URL+"/proxy/gw/chat/completions", strings.NewReader(chat))
 		req.Header.Set("X-Stainless-Retry-Count", retry)
+		req.Header.Set(TenantHeader, "board-a") // the tenants' series exist once a call names one
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
