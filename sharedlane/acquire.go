@@ -54,7 +54,7 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 			age = 0
 		}
 		sent := time.Now()
-		v, err := b.run(ctx, lk, "acquire", int(r.Priority.Index()), age, b.cfg.Process, r.Lane, b.suffix)
+		v, err := b.run(ctx, lk, "acquire", int(r.Priority.Index()), age, b.cfg.Process, r.Lane, b.suffix, tenantOf(r), weightOf(r))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -71,7 +71,7 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		}
 		id := fmt.Sprint(res[1])
 		if res[0] == "granted" {
-			return b.hold(lk, id, r.Priority, sent), nil
+			return b.hold(lk, id, r, sent), nil
 		}
 		if !queued && r.Queued != nil {
 			queued = true
@@ -83,6 +83,24 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 			return l, err
 		}
 	}
+}
+
+// tenantOf is r's tenant, DefaultTenant when it names none; weightOf its
+// weight under r's settings.
+func tenantOf(r limiter.Request) string {
+	if r.Tenant == "" {
+		return limiter.DefaultTenant
+	}
+	return r.Tenant
+}
+
+func weightOf(r limiter.Request) float64 {
+	if f := r.Config.Fairness; f != nil {
+		if w, ok := f.Weights[tenantOf(r)]; ok {
+			return w
+		}
+	}
+	return 1
 }
 
 // wait waits for the grant of waiter id. again asks Acquire to queue the
@@ -116,7 +134,7 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 			b.markDown(err)
 			return nil, nil, true, true
 		case v == "granted":
-			return b.hold(lk, id, r.Priority, b.renewedAt(w)), nil, false, true
+			return b.hold(lk, id, r, b.renewedAt(w)), nil, false, true
 		case v == "gone":
 			return nil, nil, true, true
 		}
@@ -162,7 +180,7 @@ func (b *Backend) leave(r limiter.Request, w *waiter, why error) (limiter.Lease,
 		return nil, why, false, true
 	}
 	if v == "granted" {
-		l := b.hold(w.lk, w.id, r.Priority, b.renewedAt(w))
+		l := b.hold(w.lk, w.id, r, b.renewedAt(w))
 		if errors.Is(why, limiter.ErrQueueTimeout) {
 			return l, nil, false, true
 		}
@@ -239,7 +257,7 @@ func (b *Backend) fallback(ctx context.Context, r limiter.Request, deadline time
 		}
 		return nil, err
 	}
-	l := &lease{b: b, local: &s, class: r.Priority, lost: make(chan struct{})}
+	l := &lease{b: b, local: &s, class: r.Priority, tenant: tenantOf(r), weight: weightOf(r), lost: make(chan struct{})}
 	b.mu.Lock()
 	if !b.isDown { // granted here just as Redis came back: ask Redis instead
 		b.mu.Unlock()

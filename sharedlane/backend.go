@@ -140,7 +140,7 @@ func (b *Backend) keysOf(lane string) *laneKeys {
 	h.Write([]byte(lane))
 	tag := fmt.Sprintf("%016x", h.Sum64())
 	lk := &laneKeys{lane: lane, tag: tag}
-	for _, k := range []string{"h", "hc", "qx", "qc", "q0", "q1", "q2", "g", "m"} {
+	for _, k := range []string{"h", "hc", "qx", "qc", "q0", "q1", "q2", "g", "m", "t"} {
 		lk.keys = append(lk.keys, b.cfg.KeyPrefix+":{"+tag+"}:"+k)
 	}
 	lk.used.Store(time.Now().UnixNano())
@@ -180,11 +180,18 @@ func (b *Backend) laneCount() int {
 // argv is lane.lua's arguments for op on lane lk, under the lane's
 // settings.
 func (b *Backend) argv(lk *laneKeys, op string, args ...any) []any {
-	limit, reserve := 0, 0 // grant nothing
+	limit, reserve, perTenant := 0, 0, 0 // grant nothing
 	if cfg := lk.cfg.Load(); cfg != nil {
 		limit, reserve = cfg.MaxInflight, cfg.Reserve()
+		if f := cfg.Fairness; f != nil {
+			perTenant = f.MaxInflightPerTenant
+		}
 	}
-	return append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds()}, args...)
+	now := ""
+	if b.cfg.Now != nil {
+		now = strconv.FormatInt(b.cfg.Now().UnixMilli(), 10)
+	}
+	return append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds(), perTenant, now}, args...)
 }
 
 // run runs one op of lane.lua for lane lk, under the lane's settings.
@@ -309,8 +316,9 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 			s.OldestWait = time.Duration(now-num(5)) * time.Millisecond
 		}
 		for _, h := range r[6:] {
-			_, proc, _ := strings.Cut(fmt.Sprint(h), "|")
-			s.Holders[proc]++
+			// "class|tenant|granted|charge|weight|process" (lane.lua, hc)
+			f := strings.SplitN(fmt.Sprint(h), "|", 6)
+			s.Holders[f[len(f)-1]]++
 			s.Inflight++
 		}
 		out[k] = s

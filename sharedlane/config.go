@@ -52,6 +52,11 @@ type Config struct {
 	// Log receives the changes of state (Redis down, back, a slot lost).
 	// Default slog.Default().
 	Log *slog.Logger
+	// Now, for tests only, replaces Redis' clock in the lanes' decisions
+	// (arrivals, aging, grants, the tenants' slot-time, lease expiries):
+	// every process sharing a lane must then use the same. nil: Redis'
+	// TIME, as it must be in production, where hosts' clocks differ.
+	Now func() time.Time
 }
 
 // Defaults.

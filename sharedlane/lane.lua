@@ -2,14 +2,27 @@
 --
 -- KEYS (one hash slot: every key carries the lane's {tag}):
 --   1 h   ZSET  holder id -> lease expiry (ms)
---   2 hc  HASH  holder id -> "class|process"
+--   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|process"
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
---   4 qc  HASH  waiter id -> "class|arrival|enqueued|process"
+--   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|process"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
 --   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
 --               boot (the server's start, ms)
--- ARGV: op, channel, tag, ttl (ms), limit, reserve, aging step (ms), then the op's.
+--   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds per unit of weight),
+--               p:NAME the part of it charged to calls in flight, e:NAME the mean
+--               slot-time of its calls (s), i:NAME its slots held, est (the lane's
+--               mean slot-time), last (the tenant granted last)
+-- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
+-- waiting in class c; q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
+-- Tenant names never hold '@'.
+-- ARGV: op, channel, tag, ttl (ms), limit, reserve, aging step (ms), cap per tenant
+-- (0: none), the time (ms; '' for Redis' own, always but in tests), then the op's.
+--
+-- Order: effective class, then the tenant with the least service, then arrival,
+-- then id: package limiter's rules, on Redis' clock (see its documentation for
+-- the charges and the lift). The tenants are scanned: O(tenants) per grant,
+-- bounded by max_tenants.
 --
 -- For one lease TTL after Redis starts (or restarts, empty), nothing is
 -- granted: the processes whose calls were running re-register them first
@@ -20,14 +33,17 @@
 -- their string order is their enqueue order (FIFO among equal arrivals)
 -- and an id can never be mistaken for another after the lane's counter
 -- expires with the lane.
-local H, HC, QX, QC, G, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9]
+local H, HC, QX, QC, G, M, T = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9], KEYS[10]
 local Q = {KEYS[5], KEYS[6], KEYS[7]}
 local op, channel, tag = ARGV[1], ARGV[2], ARGV[3]
 local ttl, limit, reserve, step = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local cap = tonumber(ARGV[8])
+local A = 9 -- the op's arguments are ARGV[A + 1] on
 if reserve > limit - 1 then reserve = limit - 1 end
 if reserve < 0 then reserve = 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.Config.Now)
 
 -- The server's start, from its uptime (whole seconds, so the estimate is
 -- never earlier than the truth), kept in the lane's meta key so that INFO
@@ -51,20 +67,62 @@ local function queued()
   return redis.call('ZCARD', Q[1]) + redis.call('ZCARD', Q[2]) + redis.call('ZCARD', Q[3])
 end
 
+-- fields splits a "a|b|...|rest" value into n fields, the last taking the rest.
+local function fields(v, n)
+  local out, from = {}, 1
+  for i = 1, n - 1 do
+    local j = string.find(v, '|', from, true)
+    out[i] = string.sub(v, from, j - 1)
+    from = j + 1
+  end
+  out[n] = string.sub(v, from)
+  return out
+end
+
+-- exact writes a number so that it reads back the same: Lua's own
+-- tostring keeps 14 digits, and a service rounded so could order two
+-- tenants apart from what they received.
+local function exact(x) return string.format('%.17g', x) end
+
+local function num(k, default)
+  return tonumber(redis.call('HGET', T, k) or '') or default
+end
+
+local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
+
 local function unqueue(id)
   local v = redis.call('HGET', QC, id)
   if not v then return false end
-  redis.call('ZREM', Q[tonumber(string.sub(v, 1, 1)) + 1], id)
+  local f = fields(v, 6)
+  local c, tenant = tonumber(f[1]), f[4]
+  redis.call('ZREM', Q[c + 1], id)
+  redis.call('ZREM', tq(c, tenant), id)
+  if redis.call('ZCARD', tq(c, tenant)) == 0 then redis.call('SREM', Q[c + 1] .. '@', tenant) end
+  redis.call('HINCRBY', T, 'n:' .. tenant, -1)
   redis.call('ZREM', QX, id)
   redis.call('HDEL', QC, id)
   if queued() == 0 then redis.call('HDEL', M, 'since') end
   return true
 end
 
+-- unhold gives back holder id's slot, and settles its tenant's service:
+-- its slot-time, less what its grant was charged.
 local function unhold(id)
+  local v = redis.call('HGET', HC, id)
   local n = redis.call('ZREM', H, id)
   redis.call('HDEL', HC, id)
   redis.call('HDEL', G, id)
+  if v then
+    local f = fields(v, 6)
+    local tenant, at, charge, w = f[2], tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
+    local d = math.max(0, now - at) / 1000
+    redis.call('HSET', T, 'v:' .. tenant, exact(num('v:' .. tenant, 0) + d / w - charge),
+      'p:' .. tenant, exact(num('p:' .. tenant, 0) - charge))
+    local le = num('est', 1)
+    local e = num('e:' .. tenant, le)
+    redis.call('HSET', T, 'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8))
+    redis.call('HINCRBY', T, 'i:' .. tenant, -1)
+  end
   return n == 1
 end
 
@@ -82,27 +140,77 @@ local function fits(c, n, others)
   return n < limit and (c == 0 or others < limit - reserve)
 end
 
--- head is the first waiter of class c, with its effective class (rank):
--- its own, raised one step per aging step since its logical arrival.
--- Within a class the earliest arrival has aged the most, so the heads are
--- the only candidates.
-local function head(c)
-  local r = redis.call('ZRANGE', Q[c + 1], 0, 0, 'WITHSCORES')
-  if #r == 0 then return nil end
-  local at = tonumber(r[2])
-  local rank = c - math.max(0, math.floor((now - at) / step))
-  return {id = r[1], c = c, at = at, rank = math.max(0, rank)}
+local function capped(tenant)
+  return cap > 0 and num('i:' .. tenant, 0) >= cap
 end
 
-local function before(a, b)
-  if a.rank ~= b.rank then return a.rank < b.rank end
+-- heads returns, for each tenant waiting and not at its cap, the first
+-- waiter of each class it has, with its effective class (rank: its own,
+-- raised one step per aging step since its logical arrival), its aging
+-- tier and its tenant's service. Within one tenant's class the earliest
+-- arrival has aged the most, so the heads are the only candidates.
+local function heads()
+  local out = {}
+  for c = 0, 2 do
+    for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
+      if not capped(tenant) then
+        local r = redis.call('ZRANGE', tq(c, tenant), 0, 0, 'WITHSCORES')
+        if #r > 0 then
+          local at = tonumber(r[2])
+          local tier = math.min(c, math.max(0, math.floor((now - at) / step)))
+          out[#out + 1] = {id = r[1], c = c, at = at, tier = tier, rank = c - tier, tenant = tenant,
+            vs = num('v:' .. tenant, 0), pending = num('p:' .. tenant, 0)}
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- served orders two heads of one effective class: the tenant with the
+-- least service first, then arrival, then id (enqueue order).
+local function served(a, b)
+  if a.vs ~= b.vs then return a.vs < b.vs end
   if a.at ~= b.at then return a.at < b.at end
   return a.id < b.id
 end
 
-local function hold(id, c, proc, expiry)
+local function before(a, b)
+  if a.rank ~= b.rank then return a.rank < b.rank end
+  return served(a, b)
+end
+
+-- lift raises the service of tenant, which starts waiting, to the least
+-- settled service (less what its calls in flight were charged) of the
+-- tenants first in line in each class and tier, or with none waiting, of
+-- the tenant granted last: being idle banks no credit.
+local function lift(tenant)
+  local first = {}
+  for _, h in ipairs(heads()) do
+    local k = h.c * 3 + h.tier
+    if first[k] == nil or served(h, first[k]) then first[k] = h end
+  end
+  local floor
+  for _, h in pairs(first) do
+    if floor == nil or h.vs - h.pending < floor then floor = h.vs - h.pending end
+  end
+  if floor == nil then
+    local last = redis.call('HGET', T, 'last')
+    if not last then return end
+    floor = num('v:' .. last, 0) - num('p:' .. last, 0)
+  end
+  if num('v:' .. tenant, 0) < floor then redis.call('HSET', T, 'v:' .. tenant, exact(floor)) end
+end
+
+-- hold gives id a slot for tenant's call of class c, charged the
+-- tenant's mean slot-time over its weight w.
+local function hold(id, c, tenant, w, proc, expiry)
+  local charge = num('e:' .. tenant, num('est', 1)) / w
   redis.call('ZADD', H, expiry or (now + ttl), id)
-  redis.call('HSET', HC, id, c .. '|' .. proc)
+  redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. exact(charge) .. '|' .. exact(w) .. '|' .. proc)
+  redis.call('HSET', T, 'v:' .. tenant, exact(num('v:' .. tenant, 0) + charge), 'p:' .. tenant, exact(num('p:' .. tenant, 0) + charge),
+    'last', tenant)
+  redis.call('HINCRBY', T, 'i:' .. tenant, 1)
 end
 
 -- dispatch grants slots to waiters while any may have one, and tells the
@@ -112,23 +220,22 @@ local function dispatch()
   if limit == 0 or queued() == 0 or quiet() then return granted end
   local n, others = counts()
   while n < limit do
-    local best
-    for c = 0, 2 do
-      local h = head(c)
-      if h and (best == nil or before(h, best)) then best = h end
+    local best, inter
+    for _, h in ipairs(heads()) do
+      if best == nil or before(h, best) then best = h end
+      if h.c == 0 and (inter == nil or served(h, inter)) then inter = h end
     end
     if best == nil then break end
     if not fits(best.c, n, others) then
-      best = head(0) -- only an interactive call may take a reserved slot
+      best = inter -- only an interactive call may take a reserved slot
       if best == nil then break end
     end
-    local v = redis.call('HGET', QC, best.id)
-    local proc = string.match(v, '^[^|]*|[^|]*|[^|]*|(.*)$')
+    local f = fields(redis.call('HGET', QC, best.id), 6)
     -- The slot keeps the place's lease: a dead process's place granted
     -- just before it lapses lapses as a slot just as soon.
     local expiry = tonumber(redis.call('ZSCORE', QX, best.id))
     unqueue(best.id)
-    hold(best.id, best.c, proc, expiry)
+    hold(best.id, best.c, f[4], tonumber(f[5]), f[6], expiry)
     redis.call('HSET', G, best.id, now)
     n = n + 1
     if best.c ~= 0 then others = others + 1 end
@@ -157,20 +264,26 @@ end
 sweep()
 local out
 if op == 'acquire' then
-  -- ARGV 8 class, 9 age of the logical arrival (ms), 10 process, 11 lane key, 12 id suffix
-  local c, age, proc = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
-  redis.call('HSET', M, 'lane', ARGV[11])
+  -- ARGV A+1 class, +2 age of the logical arrival (ms), +3 process, +4 lane key,
+  -- +5 id suffix, +6 tenant, +7 its weight
+  local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
+  local tenant, w = ARGV[A + 6], tonumber(ARGV[A + 7])
+  redis.call('HSET', M, 'lane', ARGV[A + 4])
   local n, others = counts()
-  local id = newid(ARGV[12])
-  if queued() == 0 and fits(c, n, others) and not quiet() then
-    hold(id, c, proc)
+  local id = newid(ARGV[A + 5])
+  if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) then
+    hold(id, c, tenant, w, proc)
     out = {'granted', id, 0}
   else
     local at = now - age
     if queued() == 0 then redis.call('HSET', M, 'since', now) end
+    if num('n:' .. tenant, 0) == 0 then lift(tenant) end
     redis.call('ZADD', Q[c + 1], at, id)
+    redis.call('ZADD', tq(c, tenant), at, id)
+    redis.call('SADD', Q[c + 1] .. '@', tenant)
+    redis.call('HINCRBY', T, 'n:' .. tenant, 1)
     redis.call('ZADD', QX, now + ttl, id)
-    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. proc)
+    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. proc)
     -- A newcomer can be served at once: an interactive call may take a
     -- slot the queued work may not, and an early arrival may rank first.
     for _, g in ipairs(dispatch()) do
@@ -186,8 +299,8 @@ if op == 'acquire' then
     end
   end
 elseif op == 'release' then
-  -- ARGV 8 id
-  local ok = unhold(ARGV[8])
+  -- ARGV A+1 id
+  local ok = unhold(ARGV[A + 1])
   dispatch()
   out = ok and 1 or 0
 elseif op == 'cancel' then
@@ -197,11 +310,14 @@ elseif op == 'cancel' then
   -- newcomer of each class the waiters that would be served before it
   -- once it has gone}, so that a queue timeout reports the lane's global
   -- figures. It scans the queue, as an in-process lane's timeout does.
-  local id = ARGV[8]
+  local id = ARGV[A + 1]
   local v = redis.call('HGET', QC, id)
   if v then
     local c = tonumber(string.sub(v, 1, 1))
-    local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id))}
+    local vs = function(w)
+      return num('v:' .. fields(redis.call('HGET', QC, w), 6)[4], 0)
+    end
+    local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id)), vs = vs(id)}
     me.rank = math.max(0, c - math.max(0, math.floor((now - me.at) / step)))
     local pos, n, by = 1, 0, {0, 0, 0}
     for k = 0, 2 do
@@ -210,7 +326,7 @@ elseif op == 'cancel' then
         n = n + 1
         if r[i] ~= id then
           local at = tonumber(r[i + 1])
-          local o = {id = r[i], c = k, at = at, rank = math.max(0, k - math.max(0, math.floor((now - at) / step)))}
+          local o = {id = r[i], c = k, at = at, rank = math.max(0, k - math.max(0, math.floor((now - at) / step))), vs = vs(r[i])}
           if before(o, me) then pos = pos + 1 end
           by[o.rank + 1] = by[o.rank + 1] + 1
         end
@@ -218,26 +334,26 @@ elseif op == 'cancel' then
     end
     unqueue(id)
     out = {'removed', pos, n, by[1], by[1] + by[2], by[1] + by[2] + by[3]}
-  elseif redis.call('HDEL', G, ARGV[8]) == 1 or redis.call('ZSCORE', H, ARGV[8]) then
+  elseif redis.call('HDEL', G, ARGV[A + 1]) == 1 or redis.call('ZSCORE', H, ARGV[A + 1]) then
     out = 'granted'
   else
     out = 'gone'
   end
 elseif op == 'take' then
-  -- ARGV 8 id: claim a grant.
-  if redis.call('HDEL', G, ARGV[8]) == 1 then
+  -- ARGV A+1 id: claim a grant.
+  if redis.call('HDEL', G, ARGV[A + 1]) == 1 then
     out = 'granted'
-  elseif redis.call('HEXISTS', QC, ARGV[8]) == 1 then
+  elseif redis.call('HEXISTS', QC, ARGV[A + 1]) == 1 then
     out = 'queued'
-  elseif redis.call('ZSCORE', H, ARGV[8]) then
+  elseif redis.call('ZSCORE', H, ARGV[A + 1]) then
     out = 'granted'
   else
     out = 'gone'
   end
 elseif op == 'renew' then
-  -- ARGV 8.. ids: h (held), q (queued) or - (gone), in order.
+  -- ARGV A+1.. ids: h (held), q (queued) or - (gone), in order.
   out = {}
-  for i = 8, #ARGV do
+  for i = A + 1, #ARGV do
     local id = ARGV[i]
     if redis.call('ZSCORE', H, id) then
       redis.call('ZADD', H, 'XX', now + ttl, id)
@@ -250,20 +366,21 @@ elseif op == 'renew' then
     end
   end
 elseif op == 'reclaim' then
-  -- ARGV 8 class, 9 process, 10 force (1 or 0), 11 id suffix: a slot for
-  -- a call already running (its lease was lost with a restarted store, or
-  -- it ran on local lanes while the store was down).
-  local c = tonumber(ARGV[8])
+  -- ARGV A+1 class, +2 process, +3 force (1 or 0), +4 id suffix, +5 tenant,
+  -- +6 its weight: a slot for a call already running (its lease was lost
+  -- with a restarted store, or it ran on local lanes while the store was
+  -- down).
+  local c = tonumber(ARGV[A + 1])
   local n, others = counts()
-  if ARGV[10] == '1' or quiet() or (queued() == 0 and fits(c, n, others)) then
-    local id = newid(ARGV[11])
-    hold(id, c, ARGV[9])
+  if ARGV[A + 3] == '1' or quiet() or (queued() == 0 and fits(c, n, others)) then
+    local id = newid(ARGV[A + 4])
+    hold(id, c, ARGV[A + 5], tonumber(ARGV[A + 6]), ARGV[A + 2])
     out = id
   else
     out = false
   end
 elseif op == 'state' then
-  -- now, queued by class, queue non-empty since, oldest enqueue, holders' "class|process"...
+  -- now, queued by class, queue non-empty since, oldest enqueue, holders' values (see hc)...
   local oldest = ''
   for _, v in ipairs(redis.call('HVALS', QC)) do
     local enq = tonumber(string.match(v, '^[^|]*|[^|]*|([^|]*)|'))
@@ -281,7 +398,12 @@ end
 -- (state: every scrape, and lanes-exporter's history every 2 s) keeps no
 -- lane alive; it only gives a key it made (a grant its sweep dispatched)
 -- the same life.
-for i = 1, #KEYS do
-  if op ~= 'state' or redis.call('PTTL', KEYS[i]) == -1 then redis.call('PEXPIRE', KEYS[i], ttl * 4) end
+local function expire(k)
+  if op ~= 'state' or redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
+end
+for i = 1, #KEYS do expire(KEYS[i]) end
+for c = 0, 2 do
+  expire(Q[c + 1] .. '@')
+  for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do expire(tq(c, tenant)) end
 end
 return out

@@ -13,9 +13,11 @@ import (
 // fallback lanes (local set), or both (a fallback slot registered in Redis
 // when it came back).
 type lease struct {
-	b     *Backend
-	class limiter.Priority
-	local *limiter.Slot
+	b      *Backend
+	class  limiter.Priority
+	tenant string  // the call's tenant, and its weight: a reclaimed slot
+	weight float64 // is charged to it as the first was
+	local  *limiter.Slot
 	// occupied is a fallback slot taken for this shared slot while Redis
 	// is down, so that the fallback lanes count the calls still running.
 	occupied *limiter.Slot
@@ -73,8 +75,8 @@ func (l *lease) Release() {
 
 // hold registers a slot granted in Redis, whose lease was last renewed by
 // a call sent at renewed.
-func (b *Backend) hold(lk *laneKeys, id string, p limiter.Priority, renewed time.Time) *lease {
-	l := &lease{b: b, class: p, lost: make(chan struct{}), lk: lk, id: id}
+func (b *Backend) hold(lk *laneKeys, id string, r limiter.Request, renewed time.Time) *lease {
+	l := &lease{b: b, class: r.Priority, tenant: tenantOf(r), weight: weightOf(r), lost: make(chan struct{}), lk: lk, id: id}
 	b.mu.Lock()
 	l.deadline = renewed.Add(b.margin())
 	b.leases[lk.tag+" "+id] = l
@@ -255,7 +257,7 @@ func (b *Backend) reclaim(l *lease) {
 		return // released since the renewal read it
 	}
 	sent := time.Now()
-	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix)
+	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix, l.tenant, l.weight)
 	if err != nil && !isScriptError(err) {
 		b.markDown(err) // the deadline decides, as for any lease not renewed
 		return
@@ -342,7 +344,7 @@ func (b *Backend) registerFallbacks(ctx context.Context) bool {
 func (b *Backend) register(ctx context.Context, l *lease) bool {
 	lk := b.keysOf(l.laneName())
 	sent := time.Now()
-	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix)
+	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix, l.tenant, l.weight)
 	if err != nil {
 		return false
 	}
