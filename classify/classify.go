@@ -114,8 +114,8 @@ type Classification struct {
 	// ETA estimates how long a new call of each class would wait now; its
 	// entries are null when the lane has no recent hold times to go by
 	// (or its snapshot, from another process, has no estimate).
-	ETA      limiter.ETA `json:"eta_s"`
-	Counts   Counts      `json:"counts"`
+	ETA    limiter.ETA `json:"eta_s"`
+	Counts Counts      `json:"counts"`
 	// BusiestTenant is the tenant with the most calls queued in the lane,
 	// when the lane has seen named tenants and has calls queued; the hold
 	// text names it. An extra key.
