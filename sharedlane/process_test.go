@@ -141,20 +141,32 @@ type exporterProc struct {
 // shared in Redis at redisURL as process name.
 func startExporter(t *testing.T, gw, redisURL, name string, limit int, shared string) *exporterProc {
 	t.Helper()
+	addr := freeAddr(t)
+	if !strings.Contains(shared, "lease_ttl") {
+		shared += ", lease_ttl: 1s"
+	}
+	return runExporter(t, name, addr, fmt.Sprintf(`listen: %s
+limiter: {max_inflight: %d, queue_timeout: 5s, interactive_reserve: 1}
+upstreams: [{name: gw, base_url: "%s/v1"}]
+shared: {redis_url: "%s", process: %s%s}
+`, addr, limit, gw, redisURL, name, shared))
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	if !strings.Contains(shared, "lease_ttl") {
-		shared += ", lease_ttl: 1s"
-	}
-	cfg := fmt.Sprintf(`listen: %s
-limiter: {max_inflight: %d, queue_timeout: 5s, interactive_reserve: 1}
-upstreams: [{name: gw, base_url: "%s/v1"}]
-shared: {redis_url: "%s", process: %s%s}
-`, addr, limit, gw, redisURL, name, shared)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runExporter runs lanes-exporter as name with configuration cfg, which
+// listens on addr, and waits until it is ready.
+func runExporter(t *testing.T, name, addr, cfg string) *exporterProc {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
 	os.WriteFile(file, []byte(cfg), 0o644)
 	p := &exporterProc{addr: addr, out: &bytes.Buffer{}, mu: &sync.Mutex{}}
