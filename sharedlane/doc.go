@@ -1,7 +1,9 @@
 // Package sharedlane keeps llmlanes lanes in Redis, so that every process
 // that names the same Redis and key prefix shares one budget per lane: one
 // max_inflight, the interactive reserve, one priority order with aging,
-// FIFO within a class, the queue timeout. Plug it into a limiter with
+// the tenants' fair shares within a class (package limiter's rules, with
+// each tenant's service kept in Redis and measured on its clock), FIFO
+// within a tenant, the queue timeout. Plug it into a limiter with
 // limiter.WithBackend; lanes-exporter does so with its shared: section.
 //
 // # How it stays correct
@@ -45,5 +47,7 @@
 // URL's user information), Sentinel (?master_name=...&addr=... for more
 // sentinels) and Cluster (?addr=... for more seed nodes, or ?cluster=true)
 // through go-redis' clients. Every key of one lane carries the same hash
-// tag, so a lane lives in one hash slot. Credentials are never logged.
+// tag, so a lane lives in one hash slot; the script also makes keys of its
+// own from the lane's (a FIFO per class and tenant), which keep the tag.
+// Credentials are never logged.
 package sharedlane
