@@ -27,6 +27,7 @@ type Bundle struct {
 	// HTTP, a real redis-server), when run.
 	Shared         *Report
 	SharedFidelity Fidelity
+	Boards         Boards // TwoBoards()
 }
 
 // ClearAfter is the classification setting the degradation replay tries
@@ -71,7 +72,8 @@ func RunAll(ctx context.Context) (Bundle, error) {
 		}
 		b.Degradation = append(b.Degradation, r)
 	}
-	return b, nil
+	b.Boards, err = RunBoards(TwoBoards())
+	return b, err
 }
 
 // RunHTTPAll adds the real-HTTP replays at scale.
@@ -178,6 +180,12 @@ func (b Bundle) Markdown(w io.Writer) {
 	for _, r := range b.TwoProcesses {
 		p("![%s: timeline](%s)\n", r.Scenario, SVGName(r))
 	}
+
+	p("\n## Two boards, one review gate\n\n%s", mdBoards)
+	TwoBoards().Parameters(w)
+	p("\n")
+	b.Boards.Markdown(w)
+	p("\n%s", mdBoardsAfter)
 
 	p("\n## The gateway degrades mid-incident\n\n%s", mdDegraded)
 	Degradation().Parameters(w)
@@ -338,6 +346,24 @@ scaled (queue timeout 3 s, aging step 0.6 s, transport timeouts 1.2 s; the lease
 1 s); its figures vary a little from run to run. Beside it, the two simulated set-ups of
 that section.
 
+`
+
+const mdBoards = `Two boards auto-open PRs into one review gate (the ADR's second incident). Board A runs
+the incident's load; board B sends one panel of five finders three minutes in, and a coder
+call a minute. With fair shares, each board's calls name it as their tenant
+(` + "`X-LLM-Tenant: board-a`" + `), so that within a class the lane serves the board that has had
+the least slot-time; with no tenants the lane orders by class and arrival alone. Board B
+alone runs on a lane of 3 slots with 1 reserved: 2 of the shared lane's 4 non-interactive
+slots, its fair share.
+
+`
+
+const mdBoardsAfter = `Fair shares shorten board B's panel against the lane with no tenants, but not to its share:
+the class comes first, and aging (a class a minute) has raised board A's finders, queued
+since the first minutes, above board B's fresh ones before board B's panel arrives. Within
+a class board B goes first; across classes, board A's older calls do. Meeting the goal takes
+a change to the contract (aging counted within a tenant's share, say), which is the team's
+to decide; the figures above are what the contract as written gives.
 `
 
 const mdLimits = `## What the model leaves out

@@ -91,10 +91,13 @@ func (e *engine) newLimiter(cfg limiter.Config, opts ...limiter.Option) (*limite
 // acquire asks lim for a slot in lane key for a call of class p that
 // arrived at arrival, and calls done with the result: at once (as the next
 // event) for an immediate answer, later for a queued call.
-func (e *engine) acquire(lim *limiter.Limiter, key string, p limiter.Priority, arrival time.Duration, done func(res)) {
+func (e *engine) acquire(lim *limiter.Limiter, key string, p limiter.Priority, tenant string, arrival time.Duration, done func(res)) {
 	id := e.nextID
 	e.nextID++
 	ctx := limiter.WithArrival(limiter.WithPriority(context.Background(), p), e.t0.Add(arrival))
+	if tenant != "" {
+		ctx = limiter.WithTenant(ctx, tenant)
+	}
 	ctx = context.WithValue(ctx, idKey{}, id)
 	go func() {
 		s, err := lim.Acquire(ctx, key)

@@ -96,6 +96,17 @@ type Options struct {
 	// clients, each sending a default call of CoderBytes as soon as its
 	// last one ended (a closed loop), for Duration.
 	Clients int
+	// BoardBPanelAt, with the "two-boards" and "board-b-alone" scenarios,
+	// makes agent 1 a second board: no operator, its coder calls, and one
+	// panel of PanelSize finders at BoardBPanelAt. In "two-boards" both
+	// boards share one lane (SharedLimit, SharedReserve); Tenants names
+	// each board's calls as its tenant (board-a, board-b), so that the
+	// lane shares its slots fairly between them. "board-b-alone" runs
+	// board B alone on a lane of BoardBAloneLimit slots.
+	BoardBPanelAt    time.Duration
+	BoardBCoderEvery time.Duration // board B's coder calls, on average (0: CoderEvery)
+	Tenants          bool
+	BoardBAloneLimit int
 }
 
 // CapacityChange sets the gateway's capacity at a time.
@@ -129,6 +140,20 @@ func TwoProcesses() Options {
 	o := Incident()
 	o.Agents, o.Capacity, o.Limit, o.Reserve = 2, 8, 6, 1
 	o.SharedLimit, o.SharedReserve = 8, 2
+	return o
+}
+
+// TwoBoards returns the ADR's second incident: two boards auto-open PRs
+// into one review gate. Board A runs the incident's load (an operator,
+// coder calls, three panels of five finders a minute apart); board B,
+// three minutes in, one panel of five and a coder call a minute. Both share one
+// lane with the ADR's settings (5 slots, 1 reserved). Board B alone gets
+// a lane of 3 slots with the reserve of 1: 2 of the shared lane's 4
+// non-interactive slots, its fair share.
+func TwoBoards() Options {
+	o := Incident()
+	o.Agents, o.BoardBPanelAt, o.BoardBCoderEvery = 2, 3*time.Minute, time.Minute
+	o.SharedLimit, o.SharedReserve, o.BoardBAloneLimit = o.Limit, o.Reserve, 3
 	return o
 }
 
@@ -168,7 +193,10 @@ func (o Options) Parameters(w io.Writer) {
 		o.RequestTimeout, o.Retries, o.Backoff)
 	p("lanes", "max_inflight %d, interactive_reserve %d, queue_timeout %s, aging one class per 60 s; transport header and stall timeouts %s from the grant",
 		o.Limit, o.Reserve, o.QueueTimeout, o.RequestTimeout)
-	if o.SharedLimit > 0 {
+	if o.BoardBPanelAt > 0 {
+		p("two boards", "agent 0 is board A (the load above); agent 1 is board B: no operator, a coder call every %s on average, one panel of %d finders at %s; both on one lane of max_inflight %d, interactive_reserve %d; board B alone: a lane of %d, interactive_reserve %d",
+			o.BoardBCoderEvery, o.PanelSize, o.BoardBPanelAt, o.SharedLimit, o.SharedReserve, o.BoardBAloneLimit, o.Reserve)
+	} else if o.SharedLimit > 0 {
 		p("shared exporter's lane", "max_inflight %d, interactive_reserve %d", o.SharedLimit, o.SharedReserve)
 	}
 	if o.FaultEnd > o.FaultStart {

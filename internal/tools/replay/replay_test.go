@@ -222,3 +222,39 @@ func TestRunShared(t *testing.T) {
 	}
 	everyCallEnded(t, rep)
 }
+
+// The two boards: the same inputs give the same report; with fair shares
+// board B's panel finishes, sooner than with no tenants (where it does
+// not finish at all, or later), and board B alone finishes it; the report
+// shows the three side by side, with the goals checked as they
+// stand (package limiter's order puts the class, with aging, before the
+// tenants' shares: see the report).
+func TestTwoBoards(t *testing.T) {
+	a, err := RunBoards(TwoBoards())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := RunBoards(TwoBoards())
+	var ma, mb bytes.Buffer
+	a.Markdown(&ma)
+	b.Markdown(&mb)
+	if ma.String() != mb.String() {
+		t.Fatalf("two runs differ:\n%s\n%s", ma.String(), mb.String())
+	}
+	fair, none, alone := panelsOf(a.Fair, 1), panelsOf(a.NoTenants, 1), panelsOf(a.Alone, 1)
+	if len(fair) != 1 || len(none) != 1 || len(alone) != 1 || len(panelsOf(a.Fair, 0)) != 3 || len(panelsOf(a.Alone, 0)) != 0 {
+		t.Fatalf("panels: fair %v, no tenants %v, alone %v", a.Fair.PanelTimes, a.NoTenants.PanelTimes, a.Alone.PanelTimes)
+	}
+	if fair[0].Took == 0 || alone[0].Took == 0 || (none[0].Took != 0 && none[0].Took <= fair[0].Took) {
+		t.Fatalf("board B's panel: fair shares %s, no tenants %s (0: not finished), alone %s", fair[0].Took, none[0].Took, alone[0].Took)
+	}
+	for _, want := range []string{"| | **two boards, fair shares** | **two boards, no tenants** | **board B alone, half the slots** |",
+		"| board B's panel |", "board B's panel, with fair shares, at most 1.25x"} {
+		if !strings.Contains(ma.String(), want) {
+			t.Errorf("the two boards' section lacks %q:\n%s", want, ma.String())
+		}
+	}
+	for _, g := range a.Goals() {
+		t.Logf("goal: %s: met %v (%s)", g.Text, g.Met, g.Figure)
+	}
+}

@@ -27,6 +27,7 @@ type Report struct {
 	Panels           int
 	PanelsDone       int
 	PanelsFinishedAt time.Duration
+	PanelTimes       []PanelTime // each panel, in start order
 	IdleTTFT         time.Duration // first-token time of one call to the idle gateway
 	Retries          int           // retries the clients sent
 	RequestTimeouts  int           // attempts abandoned on a timeout
@@ -69,6 +70,14 @@ type Sample struct {
 	Limit, Capacity int
 }
 
+// PanelTime is one review panel: whose (the agent, or board), when it
+// started, and how long until its last finder completed (0 unless all did).
+type PanelTime struct {
+	Agent int
+	Start time.Duration
+	Took  time.Duration
+}
+
 // Point is a value at a simulated time.
 type Point struct {
 	At    time.Duration
@@ -100,10 +109,13 @@ func (r *Report) finish(panels []panel, st gatewaysim.Stats) {
 	r.Panels = len(panels)
 	last := time.Duration(0)
 	for _, p := range panels {
+		pt := PanelTime{Agent: p.agent, Start: p.start}
 		if p.left == 0 && !p.failed {
 			r.PanelsDone++
 			last = max(last, p.finished)
+			pt.Took = p.finished - p.start
 		}
+		r.PanelTimes = append(r.PanelTimes, pt)
 	}
 	if r.PanelsDone == r.Panels {
 		r.PanelsFinishedAt = last

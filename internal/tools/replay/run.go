@@ -35,9 +35,12 @@ type sim struct {
 	open   int                     // calls not yet finished
 	queued map[*call]time.Duration // calls waiting for a slot, and since when
 	rng    *rand.Rand              // prompt sizes
+	onlyB  bool                    // board-b-alone: agent 0 sends nothing
 }
 
 type panel struct {
+	agent    int
+	start    time.Duration
 	left     int
 	failed   bool
 	finished time.Duration
@@ -77,13 +80,19 @@ func Run(scenario string, o Options) (Report, error) {
 		if o.NoPriorities {
 			shared.InteractiveReserve = 0
 		}
-	case "shared-exporter":
+	case "shared-exporter", "two-boards":
 		if o.SharedLimit < 1 {
-			return Report{}, fmt.Errorf("replay: shared-exporter needs Options.SharedLimit")
+			return Report{}, fmt.Errorf("replay: %s needs Options.SharedLimit", scenario)
 		}
 		shared = limiter.Config{MaxInflight: o.SharedLimit, InteractiveReserve: o.SharedReserve, QueueTimeout: o.QueueTimeout}
+	case "board-b-alone":
+		if o.BoardBPanelAt <= 0 || o.BoardBAloneLimit < 1 {
+			return Report{}, fmt.Errorf("replay: board-b-alone needs Options.BoardBPanelAt and BoardBAloneLimit")
+		}
+		shared = limiter.Config{MaxInflight: o.BoardBAloneLimit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout}
+		s.onlyB = true
 	default:
-		return Report{}, fmt.Errorf("replay: unknown scenario %q (want one of %s, shared-exporter)", scenario, strings.Join(Scenarios, ", "))
+		return Report{}, fmt.Errorf("replay: unknown scenario %q (want one of %s, shared-exporter, two-boards, board-b-alone)", scenario, strings.Join(Scenarios, ", "))
 	}
 	s.gw = newGateway(e, gcfg)
 	s.r.IdleTTFT = idleTTFT(gcfg)
@@ -95,7 +104,7 @@ func Run(scenario string, o Options) (Report, error) {
 		defer tel.Shutdown(context.Background())
 		s.tel = tel
 		for a := range o.Agents {
-			if a > 0 && scenario == "shared-exporter" {
+			if a > 0 && scenario != "lanes" {
 				s.lanes = append(s.lanes, s.lanes[0])
 				continue
 			}
@@ -158,10 +167,14 @@ func (s *sim) load() {
 		}
 		return
 	}
-	s.panels = make([]panel, o.Agents*o.Panels)
 	for a := range o.Agents {
+		boardB := o.BoardBPanelAt > 0 && a == 1
+		if s.onlyB && !boardB {
+			continue
+		}
 		// The operator: a turn, the reply read, ChatEvery to think, the
-		// next turn. A person does not send overlapping turns.
+		// next turn. A person does not send overlapping turns. Board B
+		// has none.
 		var turn func()
 		turn = func() {
 			if s.e.now() >= o.Duration {
@@ -170,27 +183,48 @@ func (s *sim) load() {
 			s.begin(&call{agent: a, class: "interactive", prio: limiter.Interactive, panel: -1,
 				then: func() { s.e.after(o.ChatEvery, turn) }})
 		}
-		s.e.at(0, turn)
+		if !boardB {
+			s.e.at(0, turn)
+		}
 		rng := rand.New(rand.NewPCG(o.Seed, uint64(a)))
 		var coder func()
+		every := o.CoderEvery
+		if boardB && o.BoardBCoderEvery > 0 {
+			every = o.BoardBCoderEvery
+		}
 		coder = func() {
 			if s.e.now() >= o.Duration {
 				return
 			}
 			s.begin(&call{agent: a, class: "default", prio: limiter.Default, panel: -1})
-			s.e.after(time.Duration(float64(o.CoderEvery)*(0.5+rng.Float64())), coder)
+			s.e.after(time.Duration(float64(every)*(0.5+rng.Float64())), coder)
 		}
 		s.e.at(0, coder)
-		for p := range o.Panels {
-			i := a*o.Panels + p
-			s.panels[i].left = o.PanelSize
-			s.e.at(time.Duration(p)*o.PanelEvery, func() {
+		starts := make([]time.Duration, o.Panels)
+		for p := range starts {
+			starts[p] = time.Duration(p) * o.PanelEvery
+		}
+		if boardB {
+			starts = []time.Duration{o.BoardBPanelAt}
+		}
+		for _, at := range starts {
+			i := len(s.panels)
+			s.panels = append(s.panels, panel{agent: a, start: at, left: o.PanelSize})
+			s.e.at(at, func() {
 				for range o.PanelSize {
 					s.begin(&call{agent: a, class: "bulk", prio: limiter.Bulk, panel: i})
 				}
 			})
 		}
 	}
+}
+
+// tenant is the tenant a call names: its board's, with Tenants.
+func (s *sim) tenant(c *call) string {
+	if !s.o.Tenants {
+		return ""
+	}
+	return []string{"board-a", "board-b"}[min(c.agent, 1)]
 }
 
 func (s *sim) begin(c *call) {
@@ -217,7 +251,7 @@ func (s *sim) try(c *call) {
 	if s.o.NoPriorities {
 		prio = limiter.Default
 	}
-	s.e.acquire(lim, LaneKey, prio, c.start, func(r res) {
+	s.e.acquire(lim, LaneKey, prio, s.tenant(c), c.start, func(r res) {
 		delete(s.queued, c)
 		now := s.e.now()
 		s.r.class(c.class).waits = append(s.r.class(c.class).waits, now-asked)
