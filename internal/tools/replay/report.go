@@ -27,7 +27,7 @@ type Report struct {
 	Panels           int
 	PanelsDone       int
 	PanelsFinishedAt time.Duration
-	PanelTimes       []PanelTime // each panel, in start order
+	PanelTimes       []PanelTime   // each panel, in start order
 	IdleTTFT         time.Duration // first-token time of one call to the idle gateway
 	Retries          int           // retries the clients sent
 	RequestTimeouts  int           // attempts abandoned on a timeout
