@@ -143,7 +143,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	defer context.AfterFunc(l.down, cancel)()
 	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Queued: func(pos int) {
 		place = pos
-		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.name, Position: pos})
+		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.label, Position: pos})
 	}})
 	if err != nil && ctx.Err() == nil && l.closed.Load() {
 		err = ErrShuttingDown
@@ -153,7 +153,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	if place == 0 {
 		waited = 0 // granted without queueing: the round trip is not a wait
 	}
-	e := Event{Lane: key, Priority: p, Tenant: t.name, Wait: waited, Position: place}
+	e := Event{Lane: key, Priority: p, Tenant: t.label, Wait: waited, Position: place}
 	ln.mu.Lock()
 	ln.waiting[p.Index()]--
 	t.queued--

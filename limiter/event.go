@@ -59,9 +59,9 @@ type Event struct {
 	Kind     EventKind
 	Lane     string
 	Priority Priority // the call's own class (aging not applied)
-	// Tenant is the call's tenant as its lane tracks it (DefaultTenant,
-	// a name, or OtherTenant), for Enqueued, Acquired, Canceled, TimedOut
-	// and Refused.
+	// Tenant is the call's tenant as its lane tracks it (a name, or
+	// OtherTenant past the bound), for Enqueued, Acquired, Canceled,
+	// TimedOut and Refused; "" for a call that names none (DefaultTenant).
 	Tenant string
 	// Wait is how long the acquisition waited (Acquired, Canceled,
 	// TimedOut, Refused).

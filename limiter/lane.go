@@ -368,13 +368,13 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 	if w.state == granted {
 		<-w.ready
 		l.mu.Unlock()
-		l.emitWait(ctx, Acquired, p, t.name, 0, 0)
+		l.emitWait(ctx, Acquired, p, t.label, 0, 0)
 		return Slot{h: w.hold, gen: w.gen}, nil
 	}
 	// The lane's timer bounds the wait from the moment w was queued, before
 	// anyone could learn of it (enqueueLocked).
 	l.mu.Unlock()
-	l.emitWait(ctx, Enqueued, p, t.name, 0, w.place) // w is the lane's until its wait ends
+	l.emitWait(ctx, Enqueued, p, t.label, 0, w.place) // w is the lane's until its wait ends
 
 	select {
 	case <-w.ready:
@@ -394,7 +394,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 
 	switch w.state {
 	case granted:
-		l.emitWait(ctx, Acquired, p, t.name, w.waited, w.place)
+		l.emitWait(ctx, Acquired, p, t.label, w.waited, w.place)
 		s := Slot{h: w.hold, gen: w.gen}
 		if err := ctx.Err(); err != nil {
 			// The grant raced the cancellation: hand the slot on.
@@ -403,13 +403,13 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 		}
 		return s, nil
 	case timedOut:
-		l.emitWait(ctx, TimedOut, p, t.name, w.waited, w.err.(*QueueTimeoutError).Position)
+		l.emitWait(ctx, TimedOut, p, t.label, w.waited, w.err.(*QueueTimeoutError).Position)
 		return Slot{}, w.err
 	case refused:
-		l.emitWait(ctx, Refused, p, t.name, w.waited, w.place)
+		l.emitWait(ctx, Refused, p, t.label, w.waited, w.place)
 		return Slot{}, w.err
 	default:
-		l.emitWait(ctx, Canceled, p, t.name, w.waited, w.place)
+		l.emitWait(ctx, Canceled, p, t.label, w.waited, w.place)
 		return Slot{}, ctx.Err()
 	}
 }

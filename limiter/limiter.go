@@ -153,7 +153,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
-			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p, Tenant: t.name})
+			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p, Tenant: t.label})
 		}
 		return Slot{h: h, gen: gen}, nil
 	}

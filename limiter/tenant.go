@@ -77,6 +77,7 @@ const initialSlotTime = 1.0
 // them while they run, not only once they end.
 type tenant struct {
 	name     string
+	label    string // for events: name, or "" for DefaultTenant
 	vs       float64 // weighted service, in seconds of slot-time per unit of weight
 	pending  float64 // the part of vs charged to calls still in flight
 	est      float64 // what a grant is charged, in seconds of slot-time
@@ -88,7 +89,10 @@ type tenant struct {
 }
 
 func newTenant(name string, est float64) *tenant {
-	t := &tenant{name: name, est: est}
+	t := &tenant{name: name, label: name, est: est}
+	if name == DefaultTenant {
+		t.label = ""
+	}
 	for i := range t.q {
 		t.q[i] = fifo{t: t, class: int8(i), slot: -1}
 	}

@@ -39,6 +39,7 @@ type rig struct {
 	gw     *httptest.Server
 	queued chan struct{}
 	lane   string
+	tenant string // the calls' tenant, if not ""
 	mu     sync.Mutex
 	tp     string // the last traceparent the gateway saw
 }
@@ -106,6 +107,9 @@ func (r *rig) call(wait time.Duration) (int, error) {
 	ch := make(chan out, 1)
 	go func() {
 		ctx := limiter.WithPriority(context.Background(), limiter.Bulk)
+		if r.tenant != "" {
+			ctx = limiter.WithTenant(ctx, r.tenant)
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.gw.URL+"/v1/chat/completions?api-key=sk-secret", strings.NewReader(`{"model":"protolabs/smart"}`))
 		res, err := r.client.Do(req)
 		if err != nil {
@@ -145,6 +149,28 @@ func byName(t *testing.T, spans []sdktrace.ReadOnlySpan) map[string]sdktrace.Rea
 		m[s.Name()] = s
 	}
 	return m
+}
+
+// A call that names a tenant: its call and queue-wait spans carry it; one
+// that names none carries no tenant attribute.
+func TestSpansCarryTenant(t *testing.T) {
+	for _, tenant := range []string{"board-a", ""} {
+		r := newRig(t, nil, nil)
+		r.tenant = tenant
+		if code, err := r.call(time.Second); err != nil || code != 200 {
+			t.Fatalf("call: %d %v", code, err)
+		}
+		spans := byName(t, r.rec.Ended())
+		for _, name := range []string{"chat protolabs/smart", "llm.queue_wait"} {
+			got, ok := attrs(spans[name])["llmlanes.tenant"]
+			if tenant == "" && ok {
+				t.Errorf("%s: llmlanes.tenant %v on a call that names none", name, got.AsString())
+			}
+			if tenant != "" && got.AsString() != tenant {
+				t.Errorf("%s: llmlanes.tenant %q, want %q", name, got.AsString(), tenant)
+			}
+		}
+	}
 }
 
 // 3. A call span with its queue-wait and upstream children.

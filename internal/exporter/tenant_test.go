@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
 // tenantGateway records each call's X-Test-Call and headers as it
@@ -262,5 +264,60 @@ upstreams:
 		if s.Tenant != "default" && s.Service <= 0 {
 			t.Fatalf("tenant %+v: no slot-time counted", s)
 		}
+	}
+}
+
+// limiter.fairness.max_inflight_per_tenant through the proxy: with slots
+// free, a tenant at its cap waits and another tenant's call goes through;
+// its call goes on once its slot is given back. Idle past lane_idle_ttl
+// (a fake clock), the lane's tenant series go with it.
+func TestProxyTenantCapAndSeriesEnd(t *testing.T) {
+	g := newTenantGateway(t)
+	clock := limitertest.NewClock(time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC))
+	srv := newTestServerWith(t, fmt.Sprintf(`
+limiter: {max_inflight: 4, fairness: {max_inflight_per_tenant: 1}}
+limits: {lane_idle_ttl: 10m}
+proxy: {response_header_timeout: 1h}
+upstreams:
+  - {name: gw, base_url: %s}
+`, g.srv.URL), Options{Clock: clock})
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(front.Close)
+	var wg sync.WaitGroup
+	send := func(id, tenant string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, body, err := tenantPost(front.URL, id, tenant); err != nil || code != 200 {
+				t.Errorf("%s: %d %s %v", id, code, body, err)
+			}
+		}()
+	}
+	send("a-1", "board-a")
+	if id := g.next(t); id != "a-1" {
+		t.Fatalf("first at the gateway: %s", id)
+	}
+	send("a-2", "board-a")
+	waitLane(t, srv, func(l limiter.LaneSnapshot) bool { return l.Queued == 1 && l.Inflight == 1 })
+	send("b-1", "board-b")
+	if id := g.next(t); id != "b-1" {
+		t.Fatalf("with 3 slots free, %s reached the gateway, want board-b's call (board-a is at its cap)", id)
+	}
+	g.release <- struct{}{} // one of the two held calls ends
+	g.release <- struct{}{}
+	if id := g.next(t); id != "a-2" {
+		t.Fatalf("after the releases %s reached the gateway, want a-2", id)
+	}
+	g.release <- struct{}{}
+	wg.Wait()
+	waitLane(t, srv, func(l limiter.LaneSnapshot) bool { return l.Inflight == 0 })
+	_, metrics := get(t, front.URL+"/metrics")
+	if !strings.Contains(metrics, `tenant="board-a"`) {
+		t.Fatal("no tenant series to begin with")
+	}
+	clock.Advance(12 * time.Minute)
+	if _, metrics = get(t, front.URL+"/metrics"); strings.Contains(metrics, "llm_tenant_") || srv.Limiter().Lanes() != 0 {
+		t.Fatalf("the idle lane's tenant series are still there:\n%s", metrics)
 	}
 }
