@@ -77,7 +77,7 @@ const initialSlotTime = 1.0
 // them while they run, not only once they end.
 type tenant struct {
 	name     string
-	label    string // for events: name, or "" for DefaultTenant
+	label    string  // for events: name, or "" for DefaultTenant
 	vs       float64 // weighted service, in seconds of slot-time per unit of weight
 	pending  float64 // the part of vs charged to calls still in flight
 	est      float64 // what a grant is charged, in seconds of slot-time
