@@ -133,7 +133,15 @@ func runQueue(url string, n int, h2 bool) error {
 	defer res.Body.Close()
 	var wg sync.WaitGroup
 	for range n {
-		wg.Go(func() { call(ctx, c, url+"?hold=1", "") })
+		// A call whose connection could not be made (thousands of
+		// streams open connections in a burst) is sent again: the figure
+		// needs n calls queued, and a lost one would leave the proxy
+		// short of them until the wait gives up.
+		wg.Go(func() {
+			for ctx.Err() == nil && call(ctx, c, url+"?hold=1", "") != nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 	json.NewEncoder(os.Stdout).Encode(loadResult{Calls: n})
 	io.Copy(io.Discard, os.Stdin)
