@@ -12,7 +12,8 @@
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds per unit of weight),
 --               p:NAME the part of it charged to calls in flight, e:NAME the mean
 --               slot-time of its calls (s), i:NAME its slots held, est (the lane's
---               mean slot-time), last (the tenant granted last)
+--               mean slot-time), last (the tenant granted last), measured (a call
+--               has named a tenant: grants are charged from then on)
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
 -- waiting in class c; q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
 -- Tenant names never hold '@'.
@@ -88,6 +89,14 @@ local function num(k, default)
   return tonumber(redis.call('HGET', T, k) or '') or default
 end
 
+-- share reads tenant's service, its pending charges, its mean slot-time
+-- and the lane's, in one call (a missing mean is the lane's; the lane's, 1 s).
+local function share(tenant)
+  local r = redis.call('HMGET', T, 'v:' .. tenant, 'p:' .. tenant, 'e:' .. tenant, 'est')
+  local est = tonumber(r[4] or '') or 1
+  return tonumber(r[1] or '') or 0, tonumber(r[2] or '') or 0, tonumber(r[3] or '') or est, est
+end
+
 local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
 
 local function unqueue(id)
@@ -115,12 +124,12 @@ local function unhold(id)
   if v then
     local f = fields(v, 6)
     local tenant, at, charge, w = f[2], tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
-    local d = math.max(0, now - at) / 1000
-    redis.call('HSET', T, 'v:' .. tenant, exact(num('v:' .. tenant, 0) + d / w - charge),
-      'p:' .. tenant, exact(num('p:' .. tenant, 0) - charge))
-    local le = num('est', 1)
-    local e = num('e:' .. tenant, le)
-    redis.call('HSET', T, 'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8))
+    if charge then -- charged: settle
+      local d = math.max(0, now - at) / 1000
+      local vs, pending, e, le = share(tenant)
+      redis.call('HSET', T, 'v:' .. tenant, exact(vs + d / w - charge), 'p:' .. tenant, exact(pending - charge),
+        'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8))
+    end
     redis.call('HINCRBY', T, 'i:' .. tenant, -1)
   end
   return n == 1
@@ -204,12 +213,24 @@ end
 
 -- hold gives id a slot for tenant's call of class c, charged the
 -- tenant's mean slot-time over its weight w.
+-- A lane whose calls have named no tenant (only 'default' so far) has no
+-- one to be fair to: its grants are not charged (the charge field is '-'),
+-- as an in-process lane reads no clock for them.
+local function measured()
+  return redis.call('HEXISTS', T, 'measured') == 1
+end
+
 local function hold(id, c, tenant, w, proc, expiry)
-  local charge = num('e:' .. tenant, num('est', 1)) / w
   redis.call('ZADD', H, expiry or (now + ttl), id)
-  redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. exact(charge) .. '|' .. exact(w) .. '|' .. proc)
-  redis.call('HSET', T, 'v:' .. tenant, exact(num('v:' .. tenant, 0) + charge), 'p:' .. tenant, exact(num('p:' .. tenant, 0) + charge),
-    'last', tenant)
+  if measured() then
+    local vs, pending, e = share(tenant)
+    local charge = e / w
+    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. exact(charge) .. '|' .. exact(w) .. '|' .. proc)
+    redis.call('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant)
+  else
+    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-|' .. exact(w) .. '|' .. proc)
+    redis.call('HSET', T, 'last', tenant)
+  end
   redis.call('HINCRBY', T, 'i:' .. tenant, 1)
 end
 
@@ -269,6 +290,7 @@ if op == 'acquire' then
   local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
   local tenant, w = ARGV[A + 6], tonumber(ARGV[A + 7])
   redis.call('HSET', M, 'lane', ARGV[A + 4])
+  if tenant ~= 'default' then redis.call('HSETNX', T, 'measured', 1) end
   local n, others = counts()
   local id = newid(ARGV[A + 5])
   if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) then
@@ -402,8 +424,11 @@ local function expire(k)
   if op ~= 'state' or redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
 end
 for i = 1, #KEYS do expire(KEYS[i]) end
-for c = 0, 2 do
-  expire(Q[c + 1] .. '@')
-  for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do expire(tq(c, tenant)) end
+-- The keys made from the lane's exist only while calls wait.
+if redis.call('EXISTS', Q[1] .. '@', Q[2] .. '@', Q[3] .. '@') > 0 then
+  for c = 0, 2 do
+    expire(Q[c + 1] .. '@')
+    for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do expire(tq(c, tenant)) end
+  end
 end
 return out

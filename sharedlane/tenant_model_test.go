@@ -44,16 +44,18 @@ type tmodel struct {
 	v, p, e             map[string]float64
 	est                 float64
 	last                string
+	measured            bool // a call has named a tenant: grants are charged
 }
 
 type tcall struct {
-	id     int
-	class  limiter.Priority
-	tenant string
-	proc   int
-	at     int64 // arrival; for a holder, its grant (ms)
-	charge float64
-	real   *call
+	id      int
+	class   limiter.Priority
+	tenant  string
+	proc    int
+	at      int64 // arrival; for a holder, its grant (ms)
+	charge  float64
+	charged bool
+	real    *call
 }
 
 func (m *tmodel) weight(t string) float64 {
@@ -137,20 +139,26 @@ func (m *tmodel) next() *tcall {
 }
 
 func (m *tmodel) hold(c *tcall, now int64) {
+	c.at = now
+	m.last = c.tenant
+	m.held = append(m.held, c)
+	if !m.measured {
+		return
+	}
 	e, ok := m.e[c.tenant]
 	if !ok {
 		e = m.est
 	}
-	c.charge = e / m.weight(c.tenant)
-	c.at = now
+	c.charge, c.charged = e/m.weight(c.tenant), true
 	m.v[c.tenant] += c.charge
 	m.p[c.tenant] += c.charge
-	m.last = c.tenant
-	m.held = append(m.held, c)
 }
 
 func (m *tmodel) unhold(c *tcall, now int64) {
 	m.held = slices.DeleteFunc(m.held, func(o *tcall) bool { return o == c })
+	if !c.charged {
+		return
+	}
 	d := float64(max(0, now-c.at)) / 1000
 	m.v[c.tenant] = m.v[c.tenant] + d/m.weight(c.tenant) - c.charge
 	m.p[c.tenant] = m.p[c.tenant] - c.charge
@@ -297,6 +305,7 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 				ctx = limiter.WithTenant(ctx, tn)
 			}
 			step := fmt.Sprintf("step %d: acquire %d (%s, %s, p%d)", i, c.id, c.class, tn, p)
+			m.measured = m.measured || tn != "default"
 			var got []*tcall
 			if len(m.queue) == 0 && m.fits(c.class) && !m.capped(tn) {
 				m.hold(c, nowMs())
