@@ -35,9 +35,10 @@
 // Language Models", OSDI 2024) applies it to model calls: a grant is
 // charged an estimate, the mean slot-time of the tenant's calls, and the
 // difference to the real slot-time is settled when the slot is released;
-// a tenant that starts waiting is raised to the least service of those
-// waiting (or, with none, to the settled service of the tenant granted
-// last), so being idle banks no credit for a burst later.
+// a tenant that starts waiting is raised to the least settled service
+// (less the charges of its calls in flight) of the tenants first in line
+// (or, with none waiting, of the tenant granted last), so being idle banks
+// no credit for a burst later.
 //
 // The bound: while tenants are continuously backlogged in one class, the
 // slot-time each has received, divided by its weight, differs from

@@ -158,13 +158,14 @@ func (cfg *Config) weight(t *tenant) float64 {
 func (l *lane) nowNS() int64 { return int64(l.lim.clock.Now().Sub(l.lim.origin)) }
 
 // liftLocked raises the service of t, which starts waiting, to the least
-// service of the tenants first in line (or, with none waiting, of the
-// tenant granted last), so that a tenant that was idle banks no credit to spend in a
-// burst later: it is served as if it had been backlogged all along, from
-// its first call (start-time fair queuing's virtual time; VTC's lift).
-// The floor is settled service: it leaves out what the others' calls in
-// flight were charged ahead, an estimate that may exceed what they turn
-// out to hold, and they are being served while t waits.
+// settled service of the tenants first in line (the tops of the queue's
+// heaps; with none waiting, the tenant granted last), so that a tenant
+// that was idle banks no credit to spend in a burst later: it is served
+// as if it had been backlogged all along, from its first call (start-time
+// fair queuing's virtual time; VTC's lift). Settled service leaves out
+// what the others' calls in flight were charged ahead: an estimate that
+// may exceed what they turn out to hold, and they are being served while
+// t waits.
 func (l *lane) liftLocked(t *tenant) {
 	floor, ok := l.q.minSettled()
 	if !ok {
