@@ -75,6 +75,18 @@ func tenantPost(url, id, tenant string) (int, string, error) {
 	return res.StatusCode, string(b), nil
 }
 
+// sendTenant posts call id as tenant's through the proxy at url in the
+// background, on wg; anything but a 200 fails t.
+func sendTenant(t *testing.T, wg *sync.WaitGroup, url, id, tenant string) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if code, body, err := tenantPost(url, id, tenant); err != nil || code != 200 {
+			t.Errorf("%s: %d %s %v", id, code, body, err)
+		}
+	}()
+}
+
 // waitLane waits until the lane's snapshot satisfies ok.
 func waitLane(t *testing.T, srv *Server, ok func(limiter.LaneSnapshot) bool) limiter.LaneSnapshot {
 	t.Helper()
@@ -103,15 +115,7 @@ upstreams:
   - {name: gw, base_url: %s}
 `, g.srv.URL), false)
 	var wg sync.WaitGroup
-	send := func(id, tenant string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if code, body, err := tenantPost(front.URL, id, tenant); err != nil || code != 200 {
-				t.Errorf("%s: %d %s %v", id, code, body, err)
-			}
-		}()
-	}
+	send := func(id, tenant string) { sendTenant(t, &wg, front.URL, id, tenant) }
 	send("a-run-1", "board-a")
 	send("a-run-2", "board-a")
 	got := map[string]bool{g.next(t): true, g.next(t): true}
@@ -285,15 +289,7 @@ upstreams:
 	front := httptest.NewServer(srv.Handler())
 	t.Cleanup(front.Close)
 	var wg sync.WaitGroup
-	send := func(id, tenant string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if code, body, err := tenantPost(front.URL, id, tenant); err != nil || code != 200 {
-				t.Errorf("%s: %d %s %v", id, code, body, err)
-			}
-		}()
-	}
+	send := func(id, tenant string) { sendTenant(t, &wg, front.URL, id, tenant) }
 	send("a-1", "board-a")
 	if id := g.next(t); id != "a-1" {
 		t.Fatalf("first at the gateway: %s", id)
