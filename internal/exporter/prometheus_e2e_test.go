@@ -81,7 +81,8 @@ targets: [{name: vera, url: "%s", interval: 1s}]
 	shared := startShared(t, hs.URL)
 
 	// The load: six workers keep the healthy lane's queue full; one worker
-	// calls the failing gateway every 300 ms and retries its 5xx once.
+	// calls the failing gateway every 300 ms and retries its 5xx once. Every
+	// call names a tenant.
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	client := &http.Client{Transport: &http.Transport{}}
@@ -92,6 +93,7 @@ targets: [{name: vera, url: "%s", interval: 1s}]
 			strings.NewReader(`{"model":"m","stream":true}`))
 		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(retry))
 		req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01") // every call in one caller's trace
+		req.Header.Set(TenantHeader, "board-a")                             // the lane-detail dashboard's tenant panels have data
 		res, err := client.Do(req)
 		if err != nil {
 			return 0
