@@ -145,9 +145,13 @@ func (l *lane) tenantLocked(cfg *Config, name string) *tenant {
 }
 
 // weight returns t's weight under cfg.
-func (cfg *Config) weight(t *tenant) float64 {
-	if f := cfg.Fairness; f != nil {
-		if w, ok := f.Weights[t.name]; ok {
+func (cfg *Config) weight(t *tenant) float64 { return cfg.Fairness.Weight(t.name) }
+
+// Weight returns the weight of tenant under f: its entry in Weights, or 1.
+// A nil *Fairness gives every tenant 1.
+func (f *Fairness) Weight(tenant string) float64 {
+	if f != nil {
+		if w, ok := f.Weights[tenant]; ok {
 			return w
 		}
 	}

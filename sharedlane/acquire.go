@@ -94,14 +94,7 @@ func tenantOf(r limiter.Request) string {
 	return r.Tenant
 }
 
-func weightOf(r limiter.Request) float64 {
-	if f := r.Config.Fairness; f != nil {
-		if w, ok := f.Weights[tenantOf(r)]; ok {
-			return w
-		}
-	}
-	return 1
-}
+func weightOf(r limiter.Request) float64 { return r.Config.Fairness.Weight(tenantOf(r)) }
 
 // wait waits for the grant of waiter id. again asks Acquire to queue the
 // call anew (same arrival: same place in the order), because Redis lost

@@ -23,6 +23,10 @@ import (
 
 // Config is lanes-exporter's configuration file (see lanes.example.yaml).
 type Config struct {
+	// tenantSource is limiter.fairness.tenant_from, parsed once by check
+	// rather than for every call.
+	tenantSource tenantSource
+
 	Listen         string         `yaml:"listen"`
 	Limiter        LimiterConfig  `yaml:"limiter"`
 	Upstreams      []Upstream     `yaml:"upstreams"`
@@ -309,9 +313,11 @@ func (c *Config) check() error {
 	if err := c.limiterConfig().Validate(); errors.As(err, &se) {
 		return keyErr("limiter."+se.Setting, "%s", se.Problem)
 	}
-	if _, err := parseTenantFrom(c.Limiter.Fairness.TenantFrom); err != nil {
+	src, err := parseTenantFrom(c.Limiter.Fairness.TenantFrom)
+	if err != nil {
 		return keyErr("limiter.fairness.tenant_from", "%v", err)
 	}
+	c.tenantSource = src
 	if len(c.Upstreams) == 0 {
 		return keyErr("upstreams", "none configured: the proxy needs at least one {name, base_url}")
 	}

@@ -175,8 +175,7 @@ func callContext(ctx context.Context, w http.ResponseWriter, r *http.Request, cf
 		}
 		ctx = limiter.WithPriority(ctx, p)
 	}
-	src, _ := parseTenantFrom(cfg.Limiter.Fairness.TenantFrom) // checked with the configuration
-	tenant, err := src.tenantOf(r)
+	tenant, err := cfg.tenantSource.tenantOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, lanehttp.InvalidTenantCode, err.Error())
 		return ctx, false

@@ -56,12 +56,16 @@ func (src tenantSource) tenantOf(r *http.Request) (string, error) {
 		sum := sha256.Sum256([]byte(c))
 		return "cred:" + hex.EncodeToString(sum[:6]), nil
 	}
-	v := r.Header.Get(src.header)
+	h := src.header
+	if h == "" { // the zero tenantSource: the default, X-LLM-Tenant
+		h = TenantHeader
+	}
+	v := r.Header.Get(h)
 	if v == "" {
 		return "", nil
 	}
 	if err := limiter.ValidTenant(v); err != nil {
-		return "", fmt.Errorf("%s: %s", src.header, strings.TrimPrefix(err.Error(), "limiter: "))
+		return "", fmt.Errorf("%s: %s", h, strings.TrimPrefix(err.Error(), "limiter: "))
 	}
 	return v, nil
 }
