@@ -161,7 +161,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	var s Slot
 	switch {
 	case err == nil:
-		h := ln.takeLocked(cfg, p, t)
+		h := ln.takeLocked(cfg, p, t, 0)
 		h.lease = lease
 		s = Slot{h: h, gen: h.gen, lost: lease.Lost()}
 		if place == 0 {

@@ -63,6 +63,21 @@ type Config struct {
 	// that a Config stays comparable.
 	Fairness *Fairness
 
+	// TokensPerMinute, if above 0, is each lane's budget of tokens per
+	// minute: a token bucket of this many tokens that refills
+	// continuously, at this many per minute. A call is granted only when
+	// the bucket holds its estimate (see WithTokens); the estimate is taken
+	// at the grant and the difference to what the call used is settled
+	// when it ends (Slot.Settle). A call that does not fit waits in the
+	// queue, in the lane's order; one estimated above the whole budget is
+	// refused at once (*TokenBudgetError).
+	TokensPerMinute int64
+
+	// MaxInflightTokens, if above 0, bounds the estimates of each lane's
+	// calls in flight (a self-hosted server slows with the tokens it
+	// holds), beside MaxInflight. A call always fits an empty lane.
+	MaxInflightTokens int64
+
 	// Adaptive, when set, makes each lane's limit move between
 	// Adaptive.MinInflight and MaxInflight (see Adaptive). nil: MaxInflight
 	// is the limit.
@@ -141,6 +156,12 @@ func (c Config) Validate() error {
 	}
 	if c.LaneIdleTTL < 0 {
 		bad("lane_idle_ttl", "is %s: want 0 (keep lanes) or more", c.LaneIdleTTL)
+	}
+	if c.TokensPerMinute < 0 {
+		bad("tokens_per_minute", "is %d: want 0 (no budget) or more", c.TokensPerMinute)
+	}
+	if c.MaxInflightTokens < 0 {
+		bad("max_inflight_tokens", "is %d: want 0 (no bound) or more", c.MaxInflightTokens)
 	}
 	f := c.fairness()
 	if f.MaxInflightPerTenant < 0 {

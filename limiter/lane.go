@@ -28,6 +28,9 @@ type lane struct {
 	// tenants are the lane's tenants: the queue orders their calls by
 	// their service (see queue and tenant).
 	tenants tenants
+	// tok is the lane's token accounting (see laneTokens); nil until a
+	// call carries an estimate, a budget is set or the provider reports.
+	tok *laneTokens
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
@@ -84,6 +87,10 @@ type hold struct {
 	timed  bool
 	at     int64
 	charge float64
+	// est is what the call was estimated at (tokens); cost what it is
+	// charged now: est until Settle, then what it used (settled).
+	est, cost int64
+	settled   bool
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
@@ -182,8 +189,19 @@ func (l *lane) dispatchLocked(now time.Time) {
 		if w == nil {
 			return
 		}
+		if l.tok != nil {
+			// A waiter the budgets have no room for yet holds the line:
+			// the order stays the lane's, and a large call is not passed
+			// by small ones for ever.
+			if ok, _, wake := l.tokensFitLocked(cfg, w.cost, l.ns(now)); !ok {
+				if wake > 0 {
+					l.wakeTokensLocked(wake)
+				}
+				return
+			}
+		}
 		l.dequeueLocked(w, now)
-		w.hold = l.takeLocked(cfg, w.prio, w.t)
+		w.hold = l.takeLocked(cfg, w.prio, w.t, w.cost)
 		w.gen = w.hold.gen
 		w.waited = now.Sub(w.enqueued)
 		l.stats.Wait(now, w.waited)
@@ -195,9 +213,9 @@ func (l *lane) dispatchLocked(now time.Time) {
 // ns returns now in ns since the limiter's origin, as the queue keeps time.
 func (l *lane) ns(now time.Time) int64 { return int64(now.Sub(l.lim.origin)) }
 
-// takeLocked counts a new holder of class p, tenant t's call, under cfg,
-// and returns its hold.
-func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant) *hold {
+// takeLocked counts a new holder of class p, tenant t's call estimated at
+// cost tokens, under cfg, and returns its hold.
+func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold {
 	l.inflight++
 	if l.adapt != nil {
 		now := l.lim.clock.Now()
@@ -217,6 +235,9 @@ func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant) *hold {
 	}
 	h.prio = p
 	l.chargeLocked(cfg, t, h)
+	if l.tok != nil {
+		l.takeTokensLocked(h, cost, l.nowNS())
+	}
 	return h
 }
 
@@ -317,8 +338,8 @@ func (l *lane) busyNowLocked(now time.Time) time.Duration {
 
 // grantNowLocked takes a slot for a call that fits with no one ahead of it,
 // and counts its zero wait.
-func (l *lane) grantNowLocked(cfg *Config, p Priority, t *tenant) *hold {
-	h := l.takeLocked(cfg, p, t)
+func (l *lane) grantNowLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold {
+	h := l.takeLocked(cfg, p, t, cost)
 	l.freshenLocked()
 	l.stats.Zero()
 	l.touched = l.stats.Current()
@@ -347,12 +368,12 @@ func (l *lane) stepEnded() {
 // out, or its context ends. It is called with mu held and returns with it
 // released: the lock must cover the enqueue and the first dispatch, and
 // must not be held while the call blocks.
-func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant) (Slot, error) {
+func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost int64) (Slot, error) {
 	lim := l.lim
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)
 	defer lim.putWaiter(w)
-	w.prio, w.t, w.arrival, w.enqueued, w.seq = p, t, now, now, l.seq
+	w.prio, w.t, w.cost, w.arrival, w.enqueued, w.seq = p, t, cost, now, now, l.seq
 	l.seq++
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
 		w.arrival = a
@@ -473,6 +494,9 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	p, lease := h.prio, h.lease
 	h.lease = nil
 	l.settleLocked(l.lim.cfg.Load(), h)
+	if l.tok != nil {
+		l.releaseTokensLocked(h)
+	}
 	l.inflight--
 	if l.adapt != nil {
 		l.adapt.Load(l.lim.clock.Now(), l.inflight)
@@ -508,6 +532,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		},
 	}
 	s.AllTenants = l.snapshotTenants(cfg)
+	s.Tokens = l.snapshotTokensLocked(cfg, now)
 	s.Tenants = topTenants(s.AllTenants)
 	if l.q.oldest != nil {
 		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())

@@ -63,6 +63,9 @@ func New(cfg Config, opts ...Option) (*Limiter, error) {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
+	if err := l.checkBackend(&cfg); err != nil {
+		return nil, err
+	}
 	l.origin = l.clock.Now()
 	l.cfg.Store(&cfg)
 	l.down, l.shutdown = context.WithCancel(context.Background())
@@ -89,12 +92,16 @@ func (l *Limiter) SetConfig(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if err := l.checkBackend(&cfg); err != nil {
+		return err
+	}
 	l.cfg.Store(&cfg)
 	l.lanes.Range(func(_, v any) bool {
 		ln := v.(*lane)
 		ln.mu.Lock()
 		ln.adaptLocked(&cfg)
 		ln.recapLocked(&cfg)
+		ln.rebudgetLocked(&cfg)
 		if ln.q.n > 0 {
 			ln.dispatchLocked(l.clock.Now())
 		}
@@ -148,8 +155,15 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		ln.settleDrainLocked(cfg)
 	}
 	t := ln.tenantLocked(cfg, TenantFrom(ctx))
-	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) {
-		h := ln.grantNowLocked(cfg, p, t)
+	cost := TokensFrom(ctx)
+	if cost > 0 || cfg.budgeted() || ln.tok != nil {
+		if err := ln.admitTokensLocked(cfg, cost); err != nil {
+			ln.mu.Unlock()
+			return Slot{}, err
+		}
+	}
+	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) && ln.tokensNowLocked(cfg, cost) {
+		h := ln.grantNowLocked(cfg, p, t, cost)
 		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
@@ -157,7 +171,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		}
 		return Slot{h: h, gen: gen}, nil
 	}
-	return ln.waitLocked(ctx, cfg, p, t)
+	return ln.waitLocked(ctx, cfg, p, t, cost)
 }
 
 // lane returns the lane named key, making it if it does not exist and

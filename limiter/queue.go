@@ -20,6 +20,7 @@ const (
 type waiter struct {
 	prio     Priority  // own class
 	t        *tenant   // whose call it is
+	cost     int64     // its estimate, in tokens (see WithTokens)
 	arrival  time.Time // logical arrival: drives aging
 	at       int64     // the same, in ns since the limiter's origin: orders the class
 	enqueued time.Time // when this acquisition started waiting
@@ -462,6 +463,18 @@ func (q *queue) best(now int64) *waiter {
 		return nil
 	}
 	return b.head()
+}
+
+// peekBest returns the waiter served first at now, as best does, but
+// changing nothing: it scans every waiter, for readings.
+func (q *queue) peekBest(now int64) *waiter {
+	var b *waiter
+	for o := q.oldest; o != nil; o = o.next {
+		if b == nil || before(o, b, now) {
+			b = o
+		}
+	}
+	return b
 }
 
 // headBefore orders two heads of one effective class.

@@ -60,6 +60,11 @@ type LaneSnapshot struct {
 	// metrics: their series must not move between tenants as the top
 	// ten changes. Not in the JSON.
 	AllTenants []TenantSnapshot `json:"-"`
+	// Tokens is the lane's token accounting (see Config.TokensPerMinute):
+	// nil (and the key left out) until one of its calls carried an
+	// estimate, a budget was set, or the provider's rate-limit headers
+	// said something. An extra key.
+	Tokens *TokenSnapshot `json:"tokens,omitempty"`
 	// Adaptive is set for a lane with an adaptive limit: then Limit and
 	// Reserve are the ones in force now. An extra key.
 	Adaptive *AdaptiveState `json:"adaptive,omitempty"`

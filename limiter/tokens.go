@@ -1,0 +1,433 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+type tokensKey struct{}
+
+// WithTokens returns a context whose model call is estimated to cost n
+// tokens: its prompt plus the most it may write (package lanehttp
+// estimates it from the request's body). A lane with a token budget grants
+// the call only when the budget has room for n (see Config.TokensPerMinute);
+// Slot.Settle later replaces the estimate with what the call used. n of 0
+// or less carries no estimate.
+func WithTokens(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, tokensKey{}, n)
+}
+
+// TokensFrom returns the estimate carried by ctx (see WithTokens), or 0.
+func TokensFrom(ctx context.Context) int64 {
+	n, _ := ctx.Value(tokensKey{}).(int64)
+	return max(n, 0)
+}
+
+// Usage is what a call cost, in tokens, as its response's usage said (or,
+// without one, as estimated from what was streamed).
+type Usage struct {
+	Prompt     int64
+	Completion int64
+}
+
+// Total returns Prompt plus Completion.
+func (u Usage) Total() int64 { return u.Prompt + u.Completion }
+
+// ErrTokenBudget is matched (errors.Is) by every *TokenBudgetError.
+var ErrTokenBudget = errors.New("limiter: call larger than the lane's token budget")
+
+// TokenBudgetError is returned by Acquire, at once, for a call whose
+// estimate exceeds a whole budget of its lane: it could never be granted.
+// It is not worth retrying unchanged; a smaller call (a shorter prompt, a
+// lower max_tokens) or a larger budget is.
+type TokenBudgetError struct {
+	Lane string
+	// Tokens is the call's estimate.
+	Tokens int64
+	// Budget names the budget, as configuration files do
+	// ("tokens_per_minute", "max_inflight_tokens"), or "provider" for the
+	// limit the gateway's rate-limit headers announced; Limit is its size.
+	Budget string
+	Limit  int64
+}
+
+func (e *TokenBudgetError) Error() string {
+	return fmt.Sprintf("limiter: lane %q: the call is estimated at %d tokens, more than the whole %s (%d): "+
+		"it could never be granted; send a shorter prompt or a lower max_tokens, or raise the budget",
+		e.Lane, e.Tokens, e.Budget, e.Limit)
+}
+
+// Is reports whether target is ErrTokenBudget.
+func (e *TokenBudgetError) Is(target error) bool { return target == ErrTokenBudget }
+
+// ProviderLimits is what a gateway's rate-limit headers said of a lane's
+// budget at the provider, for RecordLimits.
+type ProviderLimits struct {
+	Tokens   ProviderBudget
+	Requests ProviderBudget
+	// RetryAfter, from a 429, holds the lane's grants for that long (at
+	// most MaxRetryAfterHold).
+	RetryAfter time.Duration
+}
+
+// ProviderBudget is one budget the provider announced.
+type ProviderBudget struct {
+	// Known is set when the headers gave Remaining.
+	Known bool
+	// Limit is the whole budget, 0 when not said.
+	Limit int64
+	// Remaining is what is left now.
+	Remaining int64
+	// Reset is how long until the budget is whole again (OpenAI's
+	// x-ratelimit-reset-*; for Anthropic, its reset time less now).
+	Reset time.Duration
+}
+
+// MaxRetryAfterHold bounds how long one 429's Retry-After holds a lane's
+// grants: a gateway's answer must not stop a lane for an hour. A later 429
+// extends the hold.
+const MaxRetryAfterHold = 60 * time.Second
+
+// tokenEps absorbs float rounding in the budgets' comparisons, so that a
+// timer armed for the moment a budget has room finds it there.
+const tokenEps = 1e-6
+
+// bucket is a lane's tokens_per_minute: a token bucket of capacity
+// TokensPerMinute that refills continuously at TokensPerMinute per minute.
+type bucket struct {
+	on    bool
+	cap   float64
+	level float64 // at ns at
+	at    int64
+}
+
+func (b *bucket) refill(now int64) {
+	if now > b.at {
+		b.level = min(b.cap, b.level+b.cap*float64(now-b.at)/float64(time.Minute))
+		b.at = now
+	}
+}
+
+// mirror is a budget as the provider last announced it: Remaining at at,
+// refilling at rate (per ns) towards limit until its reset. Past the reset
+// it says nothing until the next answer.
+type mirror struct {
+	on           bool
+	level, limit float64
+	rate         float64
+	at, until    int64
+}
+
+func (m *mirror) set(b ProviderBudget, now int64) {
+	if !b.Known {
+		return
+	}
+	*m = mirror{on: true, level: float64(b.Remaining), limit: float64(b.Limit), at: now, until: now + int64(b.Reset)}
+	if b.Limit > b.Remaining && b.Reset > 0 {
+		m.rate = float64(b.Limit-b.Remaining) / float64(b.Reset)
+	}
+}
+
+func (m *mirror) active(now int64) bool { return m.on && now < m.until }
+
+func (m *mirror) levelAt(now int64) float64 {
+	v := m.level + m.rate*float64(now-m.at)
+	if m.limit > 0 {
+		v = min(v, m.limit)
+	}
+	return v
+}
+
+// fits reports whether cost fits at now; if not, when it may.
+func (m *mirror) fits(cost float64, now int64) (bool, int64) {
+	if !m.active(now) {
+		return true, 0
+	}
+	v := m.levelAt(now)
+	if v+tokenEps >= cost {
+		return true, 0
+	}
+	wake := m.until
+	if m.rate > 0 {
+		wake = min(wake, now+int64(math.Ceil((cost-v)/m.rate)))
+	}
+	return false, max(wake, now+1)
+}
+
+func (m *mirror) take(cost float64, now int64) {
+	if m.active(now) {
+		m.level, m.at = m.levelAt(now)-cost, now
+	}
+}
+
+// laneTokens is a lane's token accounting: what its calls in flight are
+// estimated at, its budget, the provider's word, and the tokens used in
+// the last 5 minutes. A lane makes it with its first call that carries an
+// estimate, its first budget, or its first report from the provider.
+// Guarded by the lane's lock.
+type laneTokens struct {
+	inflight int64 // the estimates of the calls holding slots
+	bucket   bucket
+	// provTokens and provRequests are the provider's budgets; hold is
+	// when a 429's Retry-After ends (ns); said when its headers last
+	// said anything (ns; 0: never).
+	provTokens, provRequests mirror
+	hold, said               int64
+	// timer wakes the queue when a budget will have room for the call
+	// first in line; timerAt is when (ns), timerGen tells a replaced timer
+	// to do nothing.
+	timer    Timer
+	timerAt  int64
+	timerGen uint64
+	win      tokenWindow
+}
+
+// tokensLocked returns the lane's token accounting, made if need be.
+func (l *lane) tokensLocked(cfg *Config) *laneTokens {
+	if l.tok == nil {
+		l.tok = &laneTokens{}
+		l.rebudgetLocked(cfg)
+	}
+	return l.tok
+}
+
+// budgeted reports whether cfg sets a token budget.
+func (c *Config) budgeted() bool { return c.TokensPerMinute > 0 || c.MaxInflightTokens > 0 }
+
+// rebudgetLocked applies cfg's budgets to the lane's accounting. A bucket
+// that is turned on starts full, less what the calls in flight are
+// estimated at; one whose size changes keeps its tokens, up to the new
+// size. The calls that no longer fit a whole budget leave the queue with a
+// *TokenBudgetError.
+func (l *lane) rebudgetLocked(cfg *Config) {
+	tk := l.tok
+	if tk == nil {
+		if !cfg.budgeted() {
+			return
+		}
+		l.tok = &laneTokens{}
+		tk = l.tok
+	}
+	now := l.nowNS()
+	b := &tk.bucket
+	switch c := float64(cfg.TokensPerMinute); {
+	case c == 0:
+		b.on = false
+	case !b.on:
+		*b = bucket{on: true, cap: c, level: max(0, c-float64(tk.inflight)), at: now}
+	default:
+		b.refill(now)
+		b.cap, b.level = c, min(b.level, c)
+	}
+	for w := l.q.oldest; w != nil; {
+		next := w.next
+		if err := l.tooLargeLocked(cfg, w.cost); err != nil {
+			t := l.lim.clock.Now()
+			l.dequeueLocked(w, t)
+			w.waited, w.err = t.Sub(w.enqueued), err
+			w.end(refused)
+		}
+		w = next
+	}
+}
+
+// tooLargeLocked returns a *TokenBudgetError if cost exceeds a whole
+// budget of the lane, nil otherwise.
+func (l *lane) tooLargeLocked(cfg *Config, cost int64) error {
+	e := &TokenBudgetError{Lane: l.key, Tokens: cost}
+	switch {
+	case cost <= 0:
+		return nil
+	case cfg.TokensPerMinute > 0 && cost > cfg.TokensPerMinute:
+		e.Budget, e.Limit = "tokens_per_minute", cfg.TokensPerMinute
+	case cfg.MaxInflightTokens > 0 && cost > cfg.MaxInflightTokens:
+		e.Budget, e.Limit = "max_inflight_tokens", cfg.MaxInflightTokens
+	case l.tok != nil && l.tok.provTokens.active(l.nowNS()) && l.tok.provTokens.limit > 0 && float64(cost) > l.tok.provTokens.limit:
+		e.Budget, e.Limit = "provider", int64(l.tok.provTokens.limit)
+	default:
+		return nil
+	}
+	return e
+}
+
+// Why a call waits, as the snapshot says.
+const (
+	WaitSlot       = "slot"        // every slot it may take is held
+	WaitTokens     = "tokens"      // the lane's token budget has no room for it yet
+	WaitProvider   = "provider"    // the provider's rate-limit headers said its budget is spent
+	WaitRetryAfter = "retry_after" // a 429's Retry-After holds the lane
+)
+
+// tokensFitLocked reports whether a call estimated at cost tokens may be
+// granted at now (ns) by the lane's budgets and the provider's word. If
+// not, it says which holds it back and when it may fit (0: not before a
+// release).
+func (l *lane) tokensFitLocked(cfg *Config, cost int64, now int64) (ok bool, why string, wake int64) {
+	tk := l.tok
+	if now < tk.hold {
+		return false, WaitRetryAfter, tk.hold
+	}
+	c := float64(cost)
+	if m := cfg.MaxInflightTokens; m > 0 && tk.inflight > 0 && tk.inflight+cost > m {
+		return false, WaitTokens, 0
+	}
+	if b := &tk.bucket; b.on {
+		b.refill(now)
+		if b.level+tokenEps < c {
+			return false, WaitTokens, max(now+1, now+int64(math.Ceil((c-b.level)*float64(time.Minute)/b.cap)))
+		}
+	}
+	if ok, wake := tk.provTokens.fits(c, now); !ok {
+		return false, WaitProvider, wake
+	}
+	if ok, wake := tk.provRequests.fits(1, now); !ok {
+		return false, WaitProvider, wake
+	}
+	return true, "", 0
+}
+
+// takeTokensLocked charges a grant estimated at cost, held by h, at now.
+func (l *lane) takeTokensLocked(h *hold, cost int64, now int64) {
+	tk := l.tok
+	h.est, h.cost = cost, cost
+	tk.inflight += cost
+	if tk.bucket.on {
+		tk.bucket.refill(now)
+		tk.bucket.level -= float64(cost)
+	}
+	tk.provTokens.take(float64(cost), now)
+	tk.provRequests.take(1, now)
+}
+
+// settleTokens replaces what h's grant was charged with u, at once: a call
+// that used less gives the rest back to the budget, one that used more
+// takes the difference.
+func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h.gen != gen || l.tok == nil {
+		return
+	}
+	tk := l.tok
+	now := l.lim.clock.Now()
+	ns := l.ns(now)
+	used := max(0, u.Prompt) + max(0, u.Completion)
+	if b := &tk.bucket; b.on {
+		b.refill(ns)
+		b.level = min(b.cap, b.level-float64(used-h.cost))
+	}
+	if !h.settled {
+		tk.win.add(l.lim.origin, now, u, h.est)
+	}
+	h.cost, h.settled = used, true
+	if l.q.n > 0 {
+		l.dispatchLocked(now)
+	}
+}
+
+// releaseTokensLocked counts the end of h's call.
+func (l *lane) releaseTokensLocked(h *hold) {
+	l.tok.inflight -= h.est
+	h.est, h.cost, h.settled = 0, 0, false
+}
+
+// RecordLimits reports what the rate-limit headers of an answer in lane key
+// said (see ProviderLimits). Until the reset they announce, the lane
+// grants no more than they say remains, less what it has granted since,
+// even with no budget configured; a RetryAfter holds its grants until it
+// has passed. Like RecordExchange it never creates a lane. With a Backend
+// it does nothing (the provider's word is not shared across processes).
+func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits) {
+	cfg := l.cfg.Load()
+	if cfg.MaxInflight == 0 || l.backend != nil || (!pl.Tokens.Known && !pl.Requests.Known && pl.RetryAfter <= 0) {
+		return
+	}
+	ln := l.lockedLane(key)
+	if ln == nil {
+		return
+	}
+	defer ln.mu.Unlock()
+	tk := ln.tokensLocked(cfg)
+	now := l.clock.Now()
+	ns := ln.ns(now)
+	tk.said = max(ns, 1)
+	tk.provTokens.set(pl.Tokens, ns)
+	tk.provRequests.set(pl.Requests, ns)
+	if d := min(pl.RetryAfter, MaxRetryAfterHold); d > 0 {
+		tk.hold = max(tk.hold, ns+int64(d))
+	}
+	ln.touchLocked(now)
+	if ln.q.n > 0 {
+		ln.dispatchLocked(now)
+	}
+}
+
+// wakeTokensLocked makes sure the queue is looked at again at at (ns),
+// when a budget will have room for the call first in line.
+func (l *lane) wakeTokensLocked(at int64) {
+	tk := l.tok
+	if tk.timer != nil {
+		if tk.timerAt <= at {
+			return // an earlier look is due anyway
+		}
+		tk.timer.Stop()
+	}
+	tk.timerGen++
+	gen := tk.timerGen
+	tk.timerAt = at
+	tk.timer = l.lim.clock.AfterFunc(max(0, time.Duration(at-l.nowNS())), func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if gen != tk.timerGen {
+			return
+		}
+		tk.timer = nil
+		if l.q.n > 0 {
+			l.dispatchLocked(l.lim.clock.Now())
+		}
+	})
+}
+
+// admitTokensLocked makes the lane's token accounting if need be, and
+// refuses a call estimated at cost that no budget could ever grant.
+func (l *lane) admitTokensLocked(cfg *Config, cost int64) error {
+	l.tokensLocked(cfg)
+	return l.tooLargeLocked(cfg, cost)
+}
+
+// tokensNowLocked reports whether the budgets let a call estimated at cost
+// be granted now.
+func (l *lane) tokensNowLocked(cfg *Config, cost int64) bool {
+	if l.tok == nil {
+		return true
+	}
+	ok, _, _ := l.tokensFitLocked(cfg, cost, l.nowNS())
+	return ok
+}
+
+// Settle replaces what the slot's call was estimated at (WithTokens) with
+// what it used, u, in its lane's token budget at once: a call estimated at
+// 1,000 tokens that used 200 gives 800 back, one that used 3,000 takes the
+// difference (the budget may go below 0, and then grants wait until it
+// has refilled). A second Settle replaces the first. It does nothing
+// after Release, for the zero Slot, or in a lane without token accounting.
+// Call it before Release; the estimate counts against
+// Config.MaxInflightTokens until the release.
+func (s *Slot) Settle(u Usage) {
+	if h := s.h; h != nil {
+		h.lane.settleTokens(h, s.gen, u)
+	}
+}
+
+// checkBackend refuses token budgets with a Backend: its lanes' budgets
+// would have to be decided in its store, with the slot, and no Backend
+// does that yet.
+func (l *Limiter) checkBackend(cfg *Config) error {
+	if l.backend != nil && cfg.budgeted() {
+		return &SettingError{Setting: "tokens_per_minute", Problem: "is set with shared lanes (a Backend): token budgets are kept by lanes in this process only, for now; unset tokens_per_minute and max_inflight_tokens"}
+	}
+	return nil
+}

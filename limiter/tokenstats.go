@@ -1,0 +1,179 @@
+package limiter
+
+import (
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
+)
+
+// tokenWindow counts the tokens a lane's calls used in the last 5 minutes,
+// in the steps of the lane's statistics (stats.Step): a ring of the
+// current step and 30 full ones, as the other figures of the snapshot.
+type tokenWindow struct {
+	ring [tokenSteps]tokenStep
+}
+
+const tokenSteps = int(stats.Span/stats.Step) + 1
+
+type tokenStep struct {
+	k                  int64 // the step's number since the limiter's origin
+	prompt, completion int64
+	est                int64 // what the settled calls were estimated at
+}
+
+func (w *tokenWindow) add(origin, now time.Time, u Usage, est int64) {
+	k := int64(now.Sub(origin) / stats.Step)
+	s := &w.ring[k%int64(tokenSteps)]
+	if s.k != k {
+		*s = tokenStep{k: k}
+	}
+	s.prompt += max(0, u.Prompt)
+	s.completion += max(0, u.Completion)
+	s.est += est
+}
+
+// sum returns the tokens of the current step and the n full steps before
+// it, and their estimates.
+func (w *tokenWindow) sum(origin, now time.Time, n int) (u Usage, est int64) {
+	k := int64(now.Sub(origin) / stats.Step)
+	for i := range w.ring {
+		s := &w.ring[i]
+		if (s.prompt != 0 || s.completion != 0 || s.est != 0) && s.k <= k && s.k >= k-int64(n) {
+			u.Prompt += s.prompt
+			u.Completion += s.completion
+			est += s.est
+		}
+	}
+	return u, est
+}
+
+// TokenSnapshot is a lane's token accounting, in the snapshot's "tokens":
+// set once a call of the lane carried an estimate, a budget was set, or
+// the provider's headers said something.
+type TokenSnapshot struct {
+	// TokensPerMinute and MaxInflightTokens are the budgets in force (0:
+	// none).
+	TokensPerMinute   int64 `json:"tokens_per_minute"`
+	MaxInflightTokens int64 `json:"max_inflight_tokens"`
+	// Inflight is what the calls holding slots were estimated at.
+	Inflight int64 `json:"inflight"`
+	// Remaining is the room left now: the tokens_per_minute budget's, or
+	// else what the provider's headers say remains; null with neither.
+	Remaining *int64 `json:"remaining"`
+	// Used1m and Used5m count the tokens of the calls settled in the last
+	// minute and 5 minutes (at least 60 s and 300 s, at most 10 s more:
+	// the statistics' steps).
+	Used1m TokenCounts `json:"used_1m"`
+	Used5m TokenCounts `json:"used_5m"`
+	// EstimateError5m is how far the settled calls of the last 5 minutes
+	// used more (above 0) or less than they were estimated at, as a
+	// fraction of the estimates; null with none.
+	EstimateError5m *float64 `json:"estimate_error_5m"`
+	// Provider is what its rate-limit headers last said; nil if never.
+	Provider *ProviderSnapshot `json:"provider,omitempty"`
+	// WaitingFor says, for each class with calls queued, what they wait
+	// for: WaitSlot, WaitTokens, WaitProvider or WaitRetryAfter.
+	WaitingFor map[string]string `json:"waiting_for,omitempty"`
+}
+
+// TokenCounts counts tokens by kind.
+type TokenCounts struct {
+	Prompt     int64 `json:"prompt"`
+	Completion int64 `json:"completion"`
+}
+
+// ProviderSnapshot is what the provider's rate-limit headers last said.
+type ProviderSnapshot struct {
+	// Age is how long ago they said it.
+	Age Seconds `json:"age_s"`
+	// Tokens and Requests are the budgets it announced, as they stand now
+	// (nil when not announced or past their reset).
+	Tokens   *ProviderBudgetSnapshot `json:"tokens"`
+	Requests *ProviderBudgetSnapshot `json:"requests"`
+	// RetryAfter is how much longer a 429's Retry-After holds the lane.
+	RetryAfter Seconds `json:"retry_after_s"`
+}
+
+// ProviderBudgetSnapshot is one provider budget now.
+type ProviderBudgetSnapshot struct {
+	Limit     int64   `json:"limit"`
+	Remaining int64   `json:"remaining"`
+	Reset     Seconds `json:"reset_s"`
+}
+
+func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
+	tk := l.tok
+	if tk == nil {
+		return nil
+	}
+	ns := l.ns(now)
+	s := &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens, Inflight: tk.inflight}
+	u1, _ := tk.win.sum(l.lim.origin, now, 6)
+	u5, est := tk.win.sum(l.lim.origin, now, tokenSteps-1)
+	s.Used1m = TokenCounts{Prompt: u1.Prompt, Completion: u1.Completion}
+	s.Used5m = TokenCounts{Prompt: u5.Prompt, Completion: u5.Completion}
+	if est > 0 {
+		e := float64(u5.Total()-est) / float64(est)
+		e = float64(int64(e*1000+0.5*sign(e))) / 1000
+		s.EstimateError5m = &e
+	}
+	if b := tk.bucket; b.on {
+		b.refill(ns) // a copy: reading changes nothing
+		r := int64(b.level)
+		s.Remaining = &r
+	} else if tk.provTokens.active(ns) {
+		r := int64(tk.provTokens.levelAt(ns))
+		s.Remaining = &r
+	}
+	if tk.said > 0 {
+		p := &ProviderSnapshot{Age: seconds(float64(ns-tk.said) / 1e9)}
+		p.Tokens, p.Requests = providerBudget(&tk.provTokens, ns), providerBudget(&tk.provRequests, ns)
+		if ns < tk.hold {
+			p.RetryAfter = seconds(float64(tk.hold-ns) / 1e9)
+		}
+		s.Provider = p
+	}
+	if l.q.n > 0 {
+		s.WaitingFor = map[string]string{}
+		why := WaitSlot
+		if w := l.q.peekBest(ns); w != nil {
+			if ok, r, _ := l.tokensFitPeekLocked(cfg, w.cost, ns); !ok {
+				why = r
+			}
+		}
+		for _, p := range []Priority{Interactive, Default, Bulk} {
+			if l.q.byClass[p.Index()] == 0 {
+				continue
+			}
+			if l.fitsLocked(cfg, p) {
+				s.WaitingFor[p.String()] = why
+			} else {
+				s.WaitingFor[p.String()] = WaitSlot
+			}
+		}
+	}
+	return s
+}
+
+func sign(x float64) float64 {
+	if x < 0 {
+		return -1
+	}
+	return 1
+}
+
+func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
+	if !m.active(ns) {
+		return nil
+	}
+	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(m.until-ns) / 1e9)}
+}
+
+// tokensFitPeekLocked is tokensFitLocked on a copy of the bucket, for
+// readings: it changes nothing.
+func (l *lane) tokensFitPeekLocked(cfg *Config, cost int64, ns int64) (bool, string, int64) {
+	saved := l.tok.bucket
+	ok, why, wake := l.tokensFitLocked(cfg, cost, ns)
+	l.tok.bucket = saved
+	return ok, why, wake
+}
