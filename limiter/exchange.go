@@ -76,13 +76,17 @@ func Outcomes() []Outcome {
 // Exchange describes one attempt's exchange with the upstream, from the
 // moment the request was sent (with its slot held) to the end of the
 // response.
+//
+// Outcome and Retry come first, together, so that an Event (which holds
+// an Exchange) stays small: it is copied on the stack of every queued
+// call (docs/DESIGN.md, "A queued call's stack").
 type Exchange struct {
 	Outcome Outcome
-	// Status is the HTTP status, 0 when no response arrived.
-	Status int
 	// Retry is true when the client marked the attempt as a retry (for the
 	// OpenAI and Anthropic SDKs, X-Stainless-Retry-Count above 0).
 	Retry bool
+	// Status is the HTTP status, 0 when no response arrived.
+	Status int
 	// FirstByte is the time from sending to the first byte of the response
 	// body (for a stream, the first token); 0 when none arrived.
 	FirstByte time.Duration
@@ -92,6 +96,30 @@ type Exchange struct {
 	Duration time.Duration
 	// RetryAfter is the response's Retry-After, if it had one.
 	RetryAfter time.Duration
+	// Tokens is what the call was estimated at and what it used.
+	Tokens *ExchangeTokens
+}
+
+// ExchangeTokens is what an exchange's call was estimated at, in tokens,
+// and what it used (see Slot.Settle).
+type ExchangeTokens struct {
+	// Estimate is the estimate at admission; 0 when there was none.
+	Estimate int64
+	// Used is what the call cost.
+	Used Usage
+	// FromUsage is set when Used is the answer's own usage; otherwise it
+	// was estimated from what the answer carried.
+	FromUsage bool
+}
+
+// ErrorRatio returns how far the use differed from the estimate, as a
+// fraction of the estimate (above 0: it used more), and false when there
+// was no estimate.
+func (t ExchangeTokens) ErrorRatio() (float64, bool) {
+	if t.Estimate <= 0 {
+		return 0, false
+	}
+	return float64(t.Used.Total()-t.Estimate) / float64(t.Estimate), true
 }
 
 // isLoss reports whether x tells of the gateway's capacity, for the adaptive

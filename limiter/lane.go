@@ -189,7 +189,7 @@ func (l *lane) dispatchLocked(now time.Time) {
 		if w == nil {
 			return
 		}
-		if l.tok != nil {
+		if l.tok != nil && l.tok.binds(cfg) {
 			// A waiter the budgets have no room for yet holds the line:
 			// the order stays the lane's, and a large call is not passed
 			// by small ones for ever.
@@ -369,6 +369,12 @@ func (l *lane) stepEnded() {
 // released: the lock must cover the enqueue and the first dispatch, and
 // must not be held while the call blocks.
 func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost int64) (Slot, error) {
+	if cost > 0 || l.tok != nil || cfg.budgeted() {
+		if err := l.admitTokensLocked(cfg, cost); err != nil {
+			l.mu.Unlock()
+			return Slot{}, err
+		}
+	}
 	lim := l.lim
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)

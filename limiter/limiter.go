@@ -156,12 +156,6 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	}
 	t := ln.tenantLocked(cfg, TenantFrom(ctx))
 	cost := TokensFrom(ctx)
-	if cost > 0 || cfg.budgeted() || ln.tok != nil {
-		if err := ln.admitTokensLocked(cfg, cost); err != nil {
-			ln.mu.Unlock()
-			return Slot{}, err
-		}
-	}
 	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) && ln.tokensNowLocked(cfg, cost) {
 		h := ln.grantNowLocked(cfg, p, t, cost)
 		gen := h.gen

@@ -133,6 +133,21 @@ func (m *mirror) set(b ProviderBudget, now int64) {
 
 func (m *mirror) active(now int64) bool { return m.on && now < m.until }
 
+// expire forgets the budget once past its reset, so that a lane it no
+// longer binds reads no clock for it (see laneTokens.binds).
+func (m *mirror) expire(now int64) {
+	if m.on && now >= m.until {
+		m.on = false
+	}
+}
+
+// binds reports whether anything may hold a grant back under cfg: a
+// budget, the provider's word or a hold. A lane whose calls only carry
+// estimates reads no clock for them.
+func (tk *laneTokens) binds(cfg *Config) bool {
+	return cfg.budgeted() || tk.provTokens.on || tk.provRequests.on || tk.hold != 0
+}
+
 func (m *mirror) levelAt(now int64) float64 {
 	v := m.level + m.rate*float64(now-m.at)
 	if m.limit > 0 {
@@ -236,21 +251,27 @@ func (l *lane) rebudgetLocked(cfg *Config) {
 
 // tooLargeLocked returns a *TokenBudgetError if cost exceeds a whole
 // budget of the lane, nil otherwise.
+//
+// It allocates only for the error: an allocation on the way to a wait can
+// grow the waiting goroutine's stack (docs/DESIGN.md, "A queued call's
+// stack").
 func (l *lane) tooLargeLocked(cfg *Config, cost int64) error {
-	e := &TokenBudgetError{Lane: l.key, Tokens: cost}
+	var budget string
+	var limit int64
 	switch {
 	case cost <= 0:
 		return nil
 	case cfg.TokensPerMinute > 0 && cost > cfg.TokensPerMinute:
-		e.Budget, e.Limit = "tokens_per_minute", cfg.TokensPerMinute
+		budget, limit = "tokens_per_minute", cfg.TokensPerMinute
 	case cfg.MaxInflightTokens > 0 && cost > cfg.MaxInflightTokens:
-		e.Budget, e.Limit = "max_inflight_tokens", cfg.MaxInflightTokens
-	case l.tok != nil && l.tok.provTokens.active(l.nowNS()) && l.tok.provTokens.limit > 0 && float64(cost) > l.tok.provTokens.limit:
-		e.Budget, e.Limit = "provider", int64(l.tok.provTokens.limit)
+		budget, limit = "max_inflight_tokens", cfg.MaxInflightTokens
+	case l.tok != nil && l.tok.provTokens.on && l.tok.provTokens.limit > 0 && float64(cost) > l.tok.provTokens.limit &&
+		l.tok.provTokens.active(l.nowNS()):
+		budget, limit = "provider", int64(l.tok.provTokens.limit)
 	default:
 		return nil
 	}
-	return e
+	return &TokenBudgetError{Lane: l.key, Tokens: cost, Budget: budget, Limit: limit}
 }
 
 // Why a call waits, as the snapshot says.
@@ -270,6 +291,7 @@ func (l *lane) tokensFitLocked(cfg *Config, cost int64, now int64) (ok bool, why
 	if now < tk.hold {
 		return false, WaitRetryAfter, tk.hold
 	}
+	tk.hold = 0
 	c := float64(cost)
 	if m := cfg.MaxInflightTokens; m > 0 && tk.inflight > 0 && tk.inflight+cost > m {
 		return false, WaitTokens, 0
@@ -280,6 +302,8 @@ func (l *lane) tokensFitLocked(cfg *Config, cost int64, now int64) (ok bool, why
 			return false, WaitTokens, max(now+1, now+int64(math.Ceil((c-b.level)*float64(time.Minute)/b.cap)))
 		}
 	}
+	tk.provTokens.expire(now)
+	tk.provRequests.expire(now)
 	if ok, wake := tk.provTokens.fits(c, now); !ok {
 		return false, WaitProvider, wake
 	}
@@ -399,10 +423,25 @@ func (l *lane) admitTokensLocked(cfg *Config, cost int64) error {
 }
 
 // tokensNowLocked reports whether the budgets let a call estimated at cost
-// be granted now.
+// be granted now, making the lane's token accounting first if the call
+// carries an estimate. A call that no budget could ever grant does not
+// fit: waitLocked refuses it (tooLargeLocked). It is out of line, and the
+// refusal is not made here, to keep Acquire's frame small (docs/DESIGN.md,
+// "A queued call's stack").
+//
+//go:noinline
 func (l *lane) tokensNowLocked(cfg *Config, cost int64) bool {
 	if l.tok == nil {
+		if cost <= 0 && !cfg.budgeted() {
+			return true
+		}
+		l.tokensLocked(cfg)
+	}
+	if !l.tok.binds(cfg) {
 		return true
+	}
+	if l.tooLargeLocked(cfg, cost) != nil {
+		return false
 	}
 	ok, _, _ := l.tokensFitLocked(cfg, cost, l.nowNS())
 	return ok

@@ -28,6 +28,13 @@ type exchange struct {
 	reqBytes   int
 	retryAfter time.Duration
 	rc         io.ReadCloser
+	// est is the call's token estimate; scan reads the answer for what it
+	// cost (guarded by scanMu: a stall's finish may race a late Read);
+	// stream is set for an event stream.
+	est    Estimate
+	scanMu sync.Mutex
+	scan   usageScan
+	stream bool
 
 	firstByte atomic.Int64 // ns from sent to the first body byte; 0 until then
 	lastRead  atomic.Int64 // ns from sent to the headers, then to the last read that returned data
@@ -54,6 +61,9 @@ func (x *exchange) Read(p []byte) (int, error) {
 	n, err := x.rc.Read(p)
 	x.reading.Add(-1)
 	if n > 0 {
+		x.scanMu.Lock()
+		x.scan.feed(p[:n])
+		x.scanMu.Unlock()
 		since := int64(x.clock.Now().Sub(x.sent))
 		if x.firstByte.CompareAndSwap(0, max(since, 1)) {
 			// The adaptive limit learns from first bytes as they come.
@@ -161,6 +171,10 @@ func (x *exchange) finish(o limiter.Outcome) {
 	// The upstream request is ended before its slot is given back, so
 	// that the gateway hears of the end before the next call can reach it.
 	x.cancel()
+	x.scanMu.Lock()
+	used, fromUsage := x.scan.settle(x.est, x.status, x.stream)
+	x.scanMu.Unlock()
+	x.slot.Settle(used)
 	x.slot.Release()
 	if x.over != nil {
 		close(x.over)
@@ -176,5 +190,6 @@ func (x *exchange) finish(o limiter.Outcome) {
 		Sent:       x.sent,
 		Duration:   now.Sub(x.sent),
 		RetryAfter: x.retryAfter,
+		Tokens:     &limiter.ExchangeTokens{Estimate: x.est.Total(), Used: used, FromUsage: fromUsage},
 	})
 }

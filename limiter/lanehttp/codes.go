@@ -21,6 +21,10 @@ const (
 	// LaneUnavailableCode: 503, the lane is shared and its store is
 	// unreachable, with the backend set to refuse calls then; retryable.
 	LaneUnavailableCode = "lane_unavailable"
+	// TokenBudgetCode: 413, the call's token estimate is larger than a
+	// whole token budget of its lane (it could never be granted); the
+	// message names the budget. x-should-retry: false.
+	TokenBudgetCode = "token_budget_exceeded"
 	// RequestTooLargeCode: 413, the body is over the limit.
 	RequestTooLargeCode = "request_too_large"
 	// InvalidJSONCode: 400, the body is not a JSON object.

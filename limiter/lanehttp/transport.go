@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,12 @@ type Transport struct {
 	// in place of one of the Transport's own made from RetryWindow.
 	Recall *Recall
 
+	// DefaultMaxOutputTokens is the output bound of a call whose body
+	// names none (max_completion_tokens, max_tokens, max_output_tokens),
+	// for its token estimate (see EstimateTokens); 0 means
+	// DefaultMaxOutputTokens.
+	DefaultMaxOutputTokens int64
+
 	recallOnce sync.Once
 	recall     *recall
 }
@@ -113,7 +120,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if a.res != nil || a.err != nil {
 		return a.res, a.err
 	}
-	return t.send(base, req, a.body, a.lane, a.slot, a.at)
+	return t.send(base, req, a)
 }
 
 // admission is what a model call's round trip does before it sends: the
@@ -124,6 +131,7 @@ type admission struct {
 	body []byte
 	read bool // body was read from the request (not set by SetBody)
 	lane string
+	est  Estimate
 	slot limiter.Slot
 	at   attempt
 	res  *http.Response
@@ -199,6 +207,9 @@ func (t *Transport) acquire(a *admission, req *http.Request) {
 	if a.at.r != nil { // prepare began an attempt: the arrival is its call's
 		ctx = limiter.WithArrival(ctx, a.at.arrival)
 	}
+	if limiter.TokensFrom(ctx) == 0 {
+		ctx = limiter.WithTokens(ctx, a.est.Total())
+	}
 	var err error
 	if a.slot, err = t.Limiter.Acquire(ctx, a.lane); err != nil {
 		t.refuse(a, req, err)
@@ -247,6 +258,11 @@ func (t *Transport) prepare(req *http.Request) *admission {
 		a.res = NewErrorResponse(req, status, eb)
 		return a
 	}
+	out := t.DefaultMaxOutputTokens
+	if out <= 0 {
+		out = DefaultMaxOutputTokens
+	}
+	a.est = EstimateTokens(a.body, out)
 	a.lane = DefaultLane(req, model)
 	if t.Lane != nil {
 		a.lane = t.Lane(req, model)
@@ -294,6 +310,14 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 		res.Header.Del("X-Should-Retry") // retryable
 		res.Header.Set("Retry-After", "5")
 		return res
+	case errors.Is(err, limiter.ErrTokenBudget):
+		var te *limiter.TokenBudgetError
+		errors.As(err, &te)
+		named := *te
+		named.Lane = name
+		b := NewError(http.StatusRequestEntityTooLarge, TokenBudgetCode, named.Error())
+		b.Error.Lane = name
+		return NewErrorResponse(req, http.StatusRequestEntityTooLarge, b)
 	case errors.Is(err, limiter.ErrShuttingDown):
 		b := NewError(http.StatusServiceUnavailable, ShuttingDownCode,
 			fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name))
@@ -309,9 +333,11 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 
 // send makes the exchange of a model call whose slot is held. From here on
 // every path ends in exchange.finish, which releases the slot.
-func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte, lane string, slot limiter.Slot, at attempt) (*http.Response, error) {
+func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission) (*http.Response, error) {
+	body, lane, slot, at := a.body, a.lane, a.slot, a.at
 	clock := t.Limiter.Clock()
-	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body)}
+	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body),
+		est: a.est, scan: newUsageScan()}
 	x.retry = at.retry // recognised from this transport's memory, never from what the client claims
 	out := req
 	lost := slot.Lost()
@@ -374,6 +400,10 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, body []byte,
 	}
 
 	x.status = res.StatusCode
+	x.stream = strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
+	if pl, ok := RateLimits(res.Header, res.StatusCode, clock.Now()); ok {
+		t.Limiter.RecordLimits(req.Context(), lane, pl)
+	}
 	if v := res.Header.Get("Retry-After"); v != "" && res.StatusCode >= 400 {
 		if secs, err := strconv.Atoi(v); err == nil && secs > 0 {
 			x.retryAfter = time.Duration(secs) * time.Second

@@ -1,0 +1,131 @@
+package lanehttp
+
+// DefaultMaxOutputTokens is the output bound of a call that names none,
+// when Transport.DefaultMaxOutputTokens is 0.
+const DefaultMaxOutputTokens = 1024
+
+// imageTokens is what an inline image (a data: URL) counts for: about what
+// OpenAI charges a high-detail image of 1024x1024 and Anthropic one of
+// about 750x750, where counting its base64 bytes as text would count
+// hundreds of thousands.
+const imageTokens = 1000
+
+// Estimate is what a model call is estimated to cost, in tokens, before it
+// is sent.
+type Estimate struct {
+	// Prompt is the estimate of the prompt's tokens: every string value of
+	// the body (messages, tools, input, system, instructions...) at about
+	// 4 bytes of text a token, a byte beyond ASCII at half a token, plus
+	// one token a string for its framing; a data: URL counts 1,000.
+	Prompt int64
+	// Output is the most the call may write: max_completion_tokens, else
+	// max_tokens, else max_output_tokens, else the default; times n.
+	Output int64
+}
+
+// Total returns Prompt plus Output.
+func (e Estimate) Total() int64 { return e.Prompt + e.Output }
+
+// EstimateTokens estimates the cost of the model call whose body is body,
+// a JSON object known to be valid (ModelOf has accepted it), with
+// defaultOutput the output bound of a call that names none. It reads the
+// bytes once and allocates nothing.
+//
+// It is an estimate, not a tokenizer: the models' tokenizers differ
+// (OpenAI's o200k and cl100k, Anthropic's, a self-hosted model's own), a
+// vocabulary would make this package depend on more than the standard
+// library, and the lane settles every call against the usage its answer
+// reports. How far off it is shows as the lane's estimate error (the
+// snapshot's tokens.estimate_error_5m).
+func EstimateTokens(body []byte, defaultOutput int64) Estimate {
+	var e Estimate
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return e
+	}
+	var maxCompletion, maxTokens, maxOutput, n int64 = -1, -1, -1, 1
+	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
+		k := i
+		i = skipString(body, i)
+		key := body[k:i]
+		i = skipSpace(body, i)
+		i = skipSpace(body, i+1) // the colon
+		v := i
+		i = skipValue(body, i)
+		switch {
+		case isKey(key, "max_completion_tokens"):
+			maxCompletion = intValue(body[v:i])
+		case isKey(key, "max_tokens"):
+			maxTokens = intValue(body[v:i])
+		case isKey(key, "max_output_tokens"):
+			maxOutput = intValue(body[v:i])
+		case isKey(key, "n"):
+			n = min(max(intValue(body[v:i]), 1), 128)
+		case isKey(key, "model"), isKey(key, "stream"), isKey(key, "stream_options"), isKey(key, "user"),
+			isKey(key, "metadata"), isKey(key, "response_format"), isKey(key, "tool_choice"), isKey(key, "reasoning_effort"):
+			// Settings, not prompt.
+		default:
+			e.Prompt += stringTokens(body[v:i])
+		}
+		i = skipSpace(body, i)
+		if i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	out := defaultOutput
+	switch {
+	case maxCompletion >= 0:
+		out = maxCompletion
+	case maxTokens >= 0:
+		out = maxTokens
+	case maxOutput >= 0:
+		out = maxOutput
+	}
+	e.Output = out * n
+	return e
+}
+
+// stringTokens estimates the tokens of the string values in the JSON
+// value v (object keys left out).
+func stringTokens(v []byte) int64 {
+	var t int64
+	for i := 0; i < len(v); i++ {
+		if v[i] != '"' {
+			continue
+		}
+		end := skipString(v, i)
+		if j := skipSpace(v, end); j < len(v) && v[j] == ':' {
+			i = end - 1 // a key
+			continue
+		}
+		s := v[i+1 : end-1]
+		if len(s) > 5 && string(s[:5]) == "data:" {
+			t += imageTokens
+		} else {
+			units := int64(len(s))
+			for _, c := range s {
+				if c >= 0x80 {
+					units++
+				}
+			}
+			t += (units+3)/4 + 1
+		}
+		i = end - 1
+	}
+	return t
+}
+
+// intValue returns the JSON integer v, or -1 if it is not one (null, say).
+func intValue(v []byte) int64 {
+	if len(v) == 0 || len(v) > 18 {
+		return -1
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
