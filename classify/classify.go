@@ -3,6 +3,7 @@ package classify
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,12 @@ const (
 	ReasonQueueTimeouts  = "queue_timeouts"
 	ReasonUpstreamErrors = "upstream_errors"
 	ReasonRetries        = "retries"
+	// ReasonTokenBudget: calls are queued for tokens: the lane's
+	// tokens_per_minute or max_inflight_tokens, or the budget the
+	// provider's rate-limit headers announced, has no room for the next
+	// one yet. A local reason: the lane queues on purpose, so that the
+	// gateway answers no 429.
+	ReasonTokenBudget = "token_budget"
 	// ReasonSharedDown: the lane is shared (in Redis) and its store is
 	// unreachable, so this process uses lanes of its own or refuses calls.
 	// It points at neither the queue nor the gateway: it is listed, and
@@ -47,7 +54,7 @@ const (
 
 // Reasons lists every reason, local ones first, for metrics.
 func Reasons() []string {
-	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonTokenBudget, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
 }
 
 // IsGatewayReason reports whether reason r points at the gateway rather
@@ -183,6 +190,9 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.Reasons = append(c.Reasons, ReasonQueueTimeouts)
 		local = local || l.Queued > 0
 	}
+	if waitsForTokens(l) {
+		c.Reasons, local = append(c.Reasons, ReasonTokenBudget), true
+	}
 	n := c.Counts
 	if !recent(l.Upstream, th.ClearAfter) {
 		n.UpstreamErrors, n.Retries = 0, 0 // for the reasons only; Counts keeps the figures
@@ -215,6 +225,19 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		}[l.Shared.State]
 	}
 	return c
+}
+
+// waitsForTokens reports whether calls of l are queued for tokens.
+func waitsForTokens(l limiter.LaneSnapshot) bool {
+	if l.Tokens == nil {
+		return false
+	}
+	for _, w := range l.Tokens.WaitingFor {
+		if w == limiter.WaitTokens || w == limiter.WaitProvider {
+			return true
+		}
+	}
+	return false
 }
 
 // recent reports whether the gateway reasons may hold under ClearAfter d:
@@ -258,6 +281,9 @@ func holdText(c Classification, gateway bool) string {
 		from = fmt.Sprintf(" (%d from %s)", b.Queued, b.Tenant)
 	}
 	text := fmt.Sprintf("gate queue: %d %s waiting%s, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), from, p90(c.LaneWaitP90S)) + timeouts(n)
+	if slices.Contains(c.Reasons, ReasonTokenBudget) {
+		text += "; waiting for the token budget to refill"
+	}
 	if gateway {
 		text += fmt.Sprintf("; gateway failing too: %s in 5 min", strings.Join(failing, ", "))
 	}

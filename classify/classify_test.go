@@ -201,6 +201,7 @@ func TestTruthTable(t *testing.T) {
 		saturated, p90Over bool
 		timeouts, queued   int
 		gateway            bool
+		waitsFor           string // what the queued bulk calls wait for (limiter.Wait...), if not a slot
 	}
 	snap := func(f facts) limiter.LaneSnapshot {
 		l := limiter.LaneSnapshot{Lane: lane, Limit: 4, Reserve: 1, Inflight: 1, WaitP50: sec(0), WaitP90: sec(0),
@@ -211,6 +212,9 @@ func TestTruthTable(t *testing.T) {
 		}
 		if f.gateway {
 			l.Upstream = failing
+		}
+		if f.waitsFor != "" {
+			l.Tokens = &limiter.TokenSnapshot{TokensPerMinute: 90000, WaitingFor: map[string]string{"bulk": f.waitsFor}}
 		}
 		return l
 	}
@@ -236,6 +240,11 @@ func TestTruthTable(t *testing.T) {
 		{"saturated, failing gateway: local_queue, gateway reasons listed", facts{saturated: true, queued: 3, gateway: true},
 			classify.LocalQueue, []string{"saturated", "upstream_errors"}},
 		{"p90 over, failing gateway", facts{p90Over: true, gateway: true}, classify.LocalQueue, []string{"wait_p90", "upstream_errors"}},
+		{"queued for the token budget", facts{queued: 2, waitsFor: limiter.WaitTokens}, classify.LocalQueue, []string{"token_budget"}},
+		{"queued for the provider's budget", facts{queued: 2, waitsFor: limiter.WaitProvider}, classify.LocalQueue, []string{"token_budget"}},
+		{"queued for the token budget, failing gateway", facts{queued: 2, waitsFor: limiter.WaitTokens, gateway: true},
+			classify.LocalQueue, []string{"token_budget", "upstream_errors"}},
+		{"queued for a slot: not the token budget", facts{queued: 2, waitsFor: limiter.WaitSlot}, classify.Healthy, []string{}},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -249,6 +258,10 @@ func TestTruthTable(t *testing.T) {
 	// timeout too.
 	c := classify.Lane(snap(facts{timeouts: 1, gateway: true}), th)
 	if want := "gateway degraded: 20 × 5xx in 5 min, 1 queue timeout in 5 min"; c.HoldText != want {
+		t.Fatalf("hold text %q, want %q", c.HoldText, want)
+	}
+	c = classify.Lane(snap(facts{queued: 2, waitsFor: limiter.WaitTokens}), th)
+	if want := "gate queue: 2 calls waiting, p90 wait 0 s; waiting for the token budget to refill"; c.HoldText != want {
 		t.Fatalf("hold text %q, want %q", c.HoldText, want)
 	}
 	// Idle is the healthy row with no activity at all.

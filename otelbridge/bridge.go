@@ -122,6 +122,14 @@ func (b *Bridge) record(ctx context.Context, ev *limiter.Event) {
 		if x.FirstByte > 0 {
 			m.first.record(ctx, x.FirstByte.Seconds(), b.now())
 		}
+		if tk := x.Tokens; tk != nil && (tk.Estimate > 0 || tk.Used != (limiter.Usage{})) {
+			m.tokened.Store(true)
+			m.tokens[0].Add(tk.Used.Prompt)
+			m.tokens[1].Add(tk.Used.Completion)
+			if r, ok := tk.ErrorRatio(); ok {
+				m.estimate.record(ctx, r, b.now())
+			}
+		}
 		b.upstreamSpan(ctx, e)
 	}
 }
@@ -203,6 +211,14 @@ func (b *Bridge) upstreamSpan(ctx context.Context, e limiter.Event) {
 	}
 	if x.FirstByte > 0 {
 		span.SetAttributes(attribute.Float64("llmlanes.first_byte_s", x.FirstByte.Seconds()))
+	}
+	if tk := x.Tokens; tk != nil {
+		// The GenAI conventions' usage, and the lane's estimate beside it.
+		t := []attribute.KeyValue{attribute.Int64("gen_ai.usage.input_tokens", tk.Used.Prompt),
+			attribute.Int64("gen_ai.usage.output_tokens", tk.Used.Completion), attribute.Int64("llmlanes.tokens.estimate", tk.Estimate),
+			attribute.Bool("llmlanes.tokens.from_usage", tk.FromUsage)}
+		span.SetAttributes(t...)
+		call.SetAttributes(t...)
 	}
 	call.SetAttributes(attribute.String("llmlanes.outcome", x.Outcome.String()))
 	if et := errorType(x); et != "" {

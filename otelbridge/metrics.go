@@ -29,6 +29,11 @@ var waitBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300}
 // firstByteBuckets are the upstream time-to-first-byte bucket bounds.
 var firstByteBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
 
+// estimateErrorBuckets are the token estimate error histogram's bounds:
+// (used - estimate) / estimate, so -0.5 is a call that used half its
+// estimate and 1 one that used twice it.
+var estimateErrorBuckets = []float64{-0.9, -0.75, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2}
+
 // laneMetrics is one lane's cumulative metrics.
 type laneMetrics struct {
 	start    time.Time // when the lane's series began
@@ -42,6 +47,13 @@ type laneMetrics struct {
 	upstream []atomic.Int64 // by limiter.Outcome
 	wait     [3]histogram   // by class
 	first    histogram
+	// tokens counts the tokens the lane's calls used, prompt and
+	// completion (kind), once one reported any (tokened); estimate is how
+	// far their estimates were off.
+	tokened  atomic.Bool
+	kind     [2]attribute.Set
+	tokens   [2]atomic.Int64
+	estimate histogram
 }
 
 func newLaneMetrics(lane string, start time.Time) *laneMetrics {
@@ -56,6 +68,10 @@ func newLaneMetrics(lane string, start time.Time) *laneMetrics {
 		m.outcome[o] = attribute.NewSet(attribute.String("lane", lane), attribute.String("outcome", o.String()))
 	}
 	m.first.init(firstByteBuckets)
+	m.estimate.init(estimateErrorBuckets)
+	for i, k := range []string{"prompt", "completion"} {
+		m.kind[i] = attribute.NewSet(attribute.String("lane", lane), attribute.String("kind", k))
+	}
 	return m
 }
 
@@ -179,6 +195,8 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		holders, sharedUp                    []metricdata.DataPoint[int64]
 		tenantIn, tenantQ                    []metricdata.DataPoint[int64]
 		tenantService                        []metricdata.DataPoint[float64]
+		tokens, budget                       []metricdata.DataPoint[int64]
+		estimate                             []metricdata.HistogramDataPoint[float64]
 	)
 	started := make(map[string]time.Time, len(lanes))
 	for _, m := range lanes {
@@ -199,6 +217,12 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		sum(&retries, m, m.lane, m.retries.Load())
 		for o := range m.upstream {
 			sum(&ups, m, m.outcome[o], m.upstream[o].Load())
+		}
+		if m.tokened.Load() {
+			for k := range m.tokens {
+				sum(&tokens, m, m.kind[k], m.tokens[k].Load())
+			}
+			estimate = append(estimate, m.estimate.point(m.lane, m.start, now))
 		}
 	}
 	gauge := func(dst *[]metricdata.DataPoint[int64], attrs attribute.Set, v int64) {
@@ -222,6 +246,9 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 			n int
 		}{{limiter.Interactive, q.Interactive}, {limiter.Default, q.Default}, {limiter.Bulk, q.Bulk}} {
 			gauge(&depth, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("priority", c.p.String())), int64(c.n))
+		}
+		if tk := l.Tokens; tk != nil && tk.Remaining != nil {
+			gauge(&budget, a, *tk.Remaining)
 		}
 		for _, tn := range l.AllTenants {
 			ta := attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("tenant", tn.Tenant))
@@ -278,6 +305,14 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 			igauge("llm.tenant.queue.depth", "{call}", "Model calls waiting for a lane slot, by tenant.", tenantQ),
 			metricdata.Metrics{Name: "llm.tenant.service", Unit: "s", Description: "Slot-time a tenant's model calls have held in the lane (weights not applied), counted as each call ends: the service its fair share is measured in.",
 				Data: metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: tenantService}})
+	}
+	if len(tokens) > 0 { // lanes whose calls reported tokens only
+		ms = append(ms,
+			counter("llm.tokens", "{token}", "Tokens the lane's model calls used, by kind (prompt, completion), as their answers' usage said (else as estimated from what was streamed), counted as each call ends.", tokens),
+			hist("llm.token.estimate_error", "1", "How far a call's token estimate at admission was off: (used - estimate) / estimate.", estimate))
+	}
+	if len(budget) > 0 {
+		ms = append(ms, igauge("llm.token.budget.remaining", "{token}", "Tokens the lane may still grant now: its tokens_per_minute budget's, else what the provider's rate-limit headers say remains.", budget))
 	}
 	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
 		ms = append(ms,
