@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/sharedlane"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -70,6 +71,12 @@ type LimiterConfig struct {
 	Adaptive *AdaptiveConfig `yaml:"adaptive"`
 	// Fairness shares each lane between tenants (see limiter.Fairness).
 	Fairness FairnessConfig `yaml:"fairness"`
+	// TokensPerMinute and MaxInflightTokens are each lane's token budgets
+	// (see limiter.Config), 0 for none; DefaultMaxOutputTokens is the
+	// output bound of a call that names none, for its estimate (0: 1024).
+	TokensPerMinute        int64 `yaml:"tokens_per_minute"`
+	MaxInflightTokens      int64 `yaml:"max_inflight_tokens"`
+	DefaultMaxOutputTokens int64 `yaml:"default_max_output_tokens"`
 }
 
 // FairnessConfig is limiter.fairness.
@@ -313,6 +320,12 @@ func (c *Config) check() error {
 	if err := c.limiterConfig().Validate(); errors.As(err, &se) {
 		return keyErr("limiter."+se.Setting, "%s", se.Problem)
 	}
+	if c.Limiter.DefaultMaxOutputTokens < 0 {
+		return keyErr("limiter.default_max_output_tokens", "is %d: want 0 (the default, %d) or more", c.Limiter.DefaultMaxOutputTokens, lanehttp.DefaultMaxOutputTokens)
+	}
+	if c.Shared != nil && (c.Limiter.TokensPerMinute > 0 || c.Limiter.MaxInflightTokens > 0) {
+		return keyErr("limiter.tokens_per_minute", "is set with shared lanes (shared:): token budgets are kept by each process's own lanes for now; unset tokens_per_minute and max_inflight_tokens, or the shared section")
+	}
 	src, err := parseTenantFrom(c.Limiter.Fairness.TenantFrom)
 	if err != nil {
 		return keyErr("limiter.fairness.tenant_from", "%v", err)
@@ -396,6 +409,7 @@ func (c *Config) limiterConfig() limiter.Config {
 	if a := c.Limiter.Adaptive; a != nil {
 		lc.Adaptive = &limiter.Adaptive{MinInflight: a.MinInflight, Initial: a.Initial}
 	}
+	lc.TokensPerMinute, lc.MaxInflightTokens = c.Limiter.TokensPerMinute, c.Limiter.MaxInflightTokens
 	f := c.Limiter.Fairness
 	lc.Fairness = &limiter.Fairness{Weights: f.Weights, MaxInflightPerTenant: f.MaxInflightPerTenant, MaxTenants: c.Limits.MaxTenants}
 	return lc

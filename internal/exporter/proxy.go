@@ -51,14 +51,15 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 	target, _ := url.Parse(u.BaseURL) // checked
 	up := &upstream{cfg: u}
 	up.lanes = &lanehttp.Transport{
-		Limiter:               s.lim,
-		Base:                  s.base,
-		Lane:                  func(_ *http.Request, model string) string { return u.BaseURL + "|" + model },
-		MaxBodyBytes:          cfg.Proxy.MaxBodyBytes,
-		ResponseHeaderTimeout: time.Duration(cfg.Proxy.ResponseHeaderTimeout),
-		StallTimeout:          time.Duration(cfg.Proxy.StallTimeout),
-		Describe:              up.name,
-		Recall:                s.recall,
+		Limiter:                s.lim,
+		Base:                   s.base,
+		Lane:                   func(_ *http.Request, model string) string { return u.BaseURL + "|" + model },
+		MaxBodyBytes:           cfg.Proxy.MaxBodyBytes,
+		ResponseHeaderTimeout:  time.Duration(cfg.Proxy.ResponseHeaderTimeout),
+		StallTimeout:           time.Duration(cfg.Proxy.StallTimeout),
+		Describe:               up.name,
+		Recall:                 s.recall,
+		DefaultMaxOutputTokens: cfg.Limiter.DefaultMaxOutputTokens,
 	}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -19,8 +19,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +60,11 @@ type Config struct {
 	// arrives with this many in progress: a gateway's parallel-request
 	// limit (LiteLLM-style), the alternative the ADR rejects.
 	RejectAbove int `json:"reject_above"`
+	// TokensPerMinute, when above 0, limits the tokens the gateway serves
+	// a minute as OpenAI does (see TokenLimit): a request that does not
+	// fit is answered 429 with Retry-After, and every answer carries
+	// x-ratelimit-*-tokens headers.
+	TokensPerMinute int64 `json:"tokens_per_minute"`
 	// Seed makes the fault draws repeatable (0: random).
 	Seed uint64 `json:"seed"`
 }
@@ -109,6 +116,8 @@ type Stats struct {
 	TokensGenerated int64 `json:"tokens_generated"` // all work done
 	TokensWasted    int64 `json:"tokens_wasted"`    // work done for clients already gone
 	RetriesSeen     int64 `json:"retries_seen"`     // requests with X-Stainless-Retry-Count above 0
+	TokenLimited    int64 `json:"token_limited"`    // 429s past TokensPerMinute (counted in RateLimited too)
+	TokensUsed      int64 `json:"tokens_used"`      // prompt and completion tokens served under TokensPerMinute
 }
 
 // Gateway is the simulated gateway; it is an http.Handler.
@@ -119,11 +128,25 @@ type Gateway struct {
 	st   Stats
 	stop chan struct{}
 	once sync.Once
+	now  func() time.Time // the clock of TokensPerMinute
+	tpm  *TokenLimit      // with TokensPerMinute, guarded by mu
+}
+
+// SetClock makes the gateway's tokens-per-minute bucket read time from
+// now instead of the system clock (for a test on a fake clock); a bucket
+// in use starts again, full, at now().
+func (g *Gateway) SetClock(now func() time.Time) {
+	g.mu.Lock()
+	g.now = now
+	if g.tpm != nil {
+		g.tpm = NewTokenLimit(g.tpm.PerMinute, now())
+	}
+	g.mu.Unlock()
 }
 
 // New returns a gateway with configuration c.
 func New(c Config) *Gateway {
-	g := &Gateway{stop: make(chan struct{})}
+	g := &Gateway{stop: make(chan struct{}), now: time.Now}
 	g.SetConfig(c)
 	return g
 }
@@ -138,6 +161,12 @@ func (g *Gateway) SetConfig(c Config) {
 		seed = rand.Uint64()
 	}
 	g.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	switch {
+	case c.TokensPerMinute <= 0:
+		g.tpm = nil
+	case g.tpm == nil || g.tpm.PerMinute != c.TokensPerMinute:
+		g.tpm = NewTokenLimit(c.TokensPerMinute, g.now())
+	}
 	g.mu.Unlock()
 	g.cfg.Store(&c)
 }
@@ -183,10 +212,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error","code":"not_found"}}`, http.StatusNotFound)
 		return
 	}
-	var req struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-	}
+	var req request
 	body, _ := io.ReadAll(r.Body)
 	if json.Unmarshal(body, &req) != nil || req.Model == "" {
 		http.Error(w, `{"error":{"message":"bad request","type":"invalid_request_error","code":"invalid_json"}}`, http.StatusBadRequest)
@@ -209,7 +235,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	switch g.draw(c) {
+	fault := g.draw(c)
+	switch fault {
 	case "429":
 		g.count(func(s *Stats) { s.RateLimited++ })
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "simulated rate limit")
@@ -230,10 +257,50 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "reset":
 		g.count(func(s *Stats) { s.Resets++ })
-		g.generate(w, r, req.Model, req.Stream, len(body), c, true)
-		return
 	}
-	g.generate(w, r, req.Model, req.Stream, len(body), c, false)
+	var charged int64
+	if c.TokensPerMinute > 0 {
+		var ok bool
+		if charged, ok = g.takeTokens(w, &req, c); !ok {
+			return
+		}
+	}
+	g.generate(w, r, &req, len(body), c, fault == "reset", charged)
+}
+
+// takeTokens reserves the request's prompt and output bound under the
+// tokens-per-minute limit, and writes the rate-limit headers; past the
+// limit it answers 429 with Retry-After itself and returns ok false.
+func (g *Gateway) takeTokens(w http.ResponseWriter, req *request, c *Config) (charged int64, ok bool) {
+	cost := req.PromptTokens() + req.bound(int64(c.Tokens))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.tpm == nil {
+		return 0, true // turned off meanwhile
+	}
+	now := g.now()
+	ok, after := g.tpm.Take(cost, now)
+	g.tpm.SetHeaders(w.Header(), now)
+	if !ok {
+		g.st.RateLimited++
+		g.st.TokenLimited++
+		w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, after.Milliseconds()), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(after.Seconds()))), 10))
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", fmt.Sprintf("Rate limit reached for tokens per min (TPM): Limit %d, Requested %d", c.TokensPerMinute, cost))
+		return 0, false
+	}
+	return cost, true
+}
+
+// settleTokens gives back what a request reserved beyond the prompt and
+// the tokens it was sent.
+func (g *Gateway) settleTokens(charged, prompt, sent int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.st.TokensUsed += prompt + sent
+	if g.tpm != nil {
+		g.tpm.Refund(charged-prompt-sent, g.now())
+	}
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -244,7 +311,24 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // generate produces an answer token by token, sharing the capacity with the
 // other requests in progress. With reset it breaks the connection halfway.
-func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string, stream bool, bodyBytes int, c *Config, reset bool) {
+//
+// With a tokens-per-minute limit, charged is what the request reserved:
+// what it did not use is given back when it ends. It writes at most its
+// output bound, and the usage (prompt_tokens from PromptTokens) in a whole
+// answer, or in a stream's last chunk when stream_options.include_usage
+// asks for it.
+func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request, bodyBytes int, c *Config, reset bool, charged int64) {
+	model, stream := req.Model, req.Stream
+	prompt, answer := req.PromptTokens(), min(int64(c.Tokens), req.bound(int64(c.Tokens)))
+	var sent int64
+	settled := charged == 0
+	settle := func() { // before the answer's end reaches the client, which may send again at once
+		if !settled {
+			settled = true
+			g.settleTokens(charged, prompt, sent)
+		}
+	}
+	defer settle()
 	g.count(func(s *Stats) {
 		s.Active++
 		s.Peak = max(s.Peak, s.Active)
@@ -297,19 +381,20 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string,
 		return
 	}
 	var text strings.Builder
-	for i := 0; i < c.Tokens; i++ {
+	for i := 0; i < int(answer); i++ {
 		if i > 0 && !wait(slow()) {
 			return
 		}
 		tok := fmt.Sprintf("tok%d ", i)
 		text.WriteString(tok)
+		sent++
 		g.count(func(s *Stats) {
 			s.TokensGenerated++
 			if gone {
 				s.TokensWasted++
 			}
 		})
-		if reset && i == c.Tokens/2 {
+		if reset && i == int(answer)/2 {
 			if hj, ok := w.(http.Hijacker); ok {
 				if conn, _, err := hj.Hijack(); err == nil {
 					conn.Close()
@@ -325,12 +410,17 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, model string,
 	if gone {
 		return
 	}
+	settle()
 	if stream {
-		fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", model)
+		fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n", model)
+		if req.StreamOptions.IncludeUsage {
+			fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", model, prompt, sent, prompt+sent)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
 		w.(http.Flusher).Flush()
 	} else {
-		fmt.Fprintf(w, `{"id":"sim","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":%q}}],"usage":{"prompt_tokens":10,"completion_tokens":%d,"total_tokens":%d}}`,
-			model, strings.TrimSpace(text.String()), c.Tokens, c.Tokens+10)
+		fmt.Fprintf(w, `{"id":"sim","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":%q}}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+			model, strings.TrimSpace(text.String()), prompt, sent, prompt+sent)
 	}
 	g.count(func(s *Stats) { s.Completed++ })
 }
