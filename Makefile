@@ -33,6 +33,7 @@ stress: tools
 FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
+	$(GO) test -run '^$$' -fuzz '^FuzzEstimateTokens$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/exporter
 
 NODE_SDK = internal/exporter/testdata/node-sdk

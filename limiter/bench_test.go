@@ -55,6 +55,23 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			s.Release()
 		}
 	})
+	b.Run("uncontended/llmlanes-budget", func(b *testing.B) {
+		// A tokens_per_minute budget that never runs out, and every call
+		// estimated at 1,000 tokens and settled at 800: the budget's
+		// decision, charge and settlement on every call.
+		cfg := limiter.Config{MaxInflight: 6, TokensPerMinute: 1 << 62}
+		lim, err := limiter.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := limiter.WithTokens(ctx, 1000)
+		b.ReportAllocs()
+		for b.Loop() {
+			s, _ := lim.Acquire(ctx, lane)
+			s.Settle(limiter.Usage{Prompt: 700, Completion: 100})
+			s.Release()
+		}
+	})
 	b.Run("uncontended/semaphore", func(b *testing.B) {
 		s := semaphore.NewWeighted(6)
 		b.ReportAllocs()

@@ -236,7 +236,7 @@ func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold 
 	h.prio = p
 	l.chargeLocked(cfg, t, h)
 	if l.tok != nil {
-		l.takeTokensLocked(h, cost, l.nowNS())
+		l.takeTokensLocked(h, cost)
 	}
 	return h
 }

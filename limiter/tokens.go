@@ -191,6 +191,9 @@ type laneTokens struct {
 	// said anything (ns; 0: never).
 	provTokens, provRequests mirror
 	hold, said               int64
+	// at is when the budgets were last looked at (ns): a grant follows
+	// that look at once, under the same lock, and is charged then.
+	at int64
 	// timer wakes the queue when a budget will have room for the call
 	// first in line; timerAt is when (ns), timerGen tells a replaced timer
 	// to do nothing.
@@ -288,6 +291,7 @@ const (
 // release).
 func (l *lane) tokensFitLocked(cfg *Config, cost int64, now int64) (ok bool, why string, wake int64) {
 	tk := l.tok
+	tk.at = now
 	if now < tk.hold {
 		return false, WaitRetryAfter, tk.hold
 	}
@@ -313,17 +317,18 @@ func (l *lane) tokensFitLocked(cfg *Config, cost int64, now int64) (ok bool, why
 	return true, "", 0
 }
 
-// takeTokensLocked charges a grant estimated at cost, held by h, at now.
-func (l *lane) takeTokensLocked(h *hold, cost int64, now int64) {
+// takeTokensLocked charges a grant estimated at cost, held by h. It
+// follows tokensFitLocked's look at the budgets under the same lock, and
+// is charged at its time, so that a grant reads the clock once.
+func (l *lane) takeTokensLocked(h *hold, cost int64) {
 	tk := l.tok
 	h.est, h.cost = cost, cost
 	tk.inflight += cost
 	if tk.bucket.on {
-		tk.bucket.refill(now)
 		tk.bucket.level -= float64(cost)
 	}
-	tk.provTokens.take(float64(cost), now)
-	tk.provRequests.take(1, now)
+	tk.provTokens.take(float64(cost), tk.at)
+	tk.provRequests.take(1, tk.at)
 }
 
 // settleTokens replaces what h's grant was charged with u, at once: a call
@@ -336,19 +341,24 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		return
 	}
 	tk := l.tok
-	now := l.lim.clock.Now()
-	ns := l.ns(now)
 	used := max(0, u.Prompt) + max(0, u.Completion)
 	if b := &tk.bucket; b.on {
-		b.refill(ns)
+		if used > h.cost {
+			// Taking more must refill first: the bucket may have been
+			// full since it was last looked at, and the refill capped.
+			b.refill(l.nowNS())
+		}
+		// Giving back needs no clock: the refill is linear, and capping
+		// before or after adding gives the same.
 		b.level = min(b.cap, b.level-float64(used-h.cost))
 	}
 	if !h.settled {
-		tk.win.add(l.lim.origin, now, u, h.est)
+		l.freshenLocked() // the statistics' step, without reading the clock every time
+		tk.win.add(l.stats.Current(), u, h.est)
 	}
 	h.cost, h.settled = used, true
 	if l.q.n > 0 {
-		l.dispatchLocked(now)
+		l.dispatchLocked(l.lim.clock.Now())
 	}
 }
 

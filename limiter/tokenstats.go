@@ -21,8 +21,8 @@ type tokenStep struct {
 	est                int64 // what the settled calls were estimated at
 }
 
-func (w *tokenWindow) add(origin, now time.Time, u Usage, est int64) {
-	k := int64(now.Sub(origin) / stats.Step)
+// add counts u, estimated at est, in step k (the statistics' step).
+func (w *tokenWindow) add(k int64, u Usage, est int64) {
 	s := &w.ring[k%int64(tokenSteps)]
 	if s.k != k {
 		*s = tokenStep{k: k}

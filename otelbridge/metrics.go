@@ -309,7 +309,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	if len(tokens) > 0 { // lanes whose calls reported tokens only
 		ms = append(ms,
 			counter("llm.tokens", "{token}", "Tokens the lane's model calls used, by kind (prompt, completion), as their answers' usage said (else as estimated from what was streamed), counted as each call ends.", tokens),
-			hist("llm.token.estimate_error", "1", "How far a call's token estimate at admission was off: (used - estimate) / estimate.", estimate))
+			hist("llm.token.estimate_error_ratio", "1", "How far a call's token estimate at admission was off: (used - estimate) / estimate.", estimate))
 	}
 	if len(budget) > 0 {
 		ms = append(ms, igauge("llm.token.budget.remaining", "{token}", "Tokens the lane may still grant now: its tokens_per_minute budget's, else what the provider's rate-limit headers say remains.", budget))

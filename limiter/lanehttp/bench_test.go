@@ -2,6 +2,7 @@ package lanehttp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -96,4 +97,21 @@ func BenchmarkOverhead(b *testing.B) {
 	b.Run("call/lanes-off", func(b *testing.B) { run(b, lanes(0, true)) })
 	b.Run("call/lanes-no-timeouts", func(b *testing.B) { run(b, lanes(64, false)) })
 	b.Run("call/lanes", func(b *testing.B) { run(b, lanes(64, true)) })
+}
+
+// BenchmarkEstimate measures the token estimate of a chat completion whose
+// one user message is 1, 4 and 16 KiB of English text: what admitting a
+// call by its cost adds, per KiB of prompt.
+func BenchmarkEstimate(b *testing.B) {
+	for _, kib := range []int{1, 4, 16} {
+		text := strings.Repeat("The gateway slows down and every caller retries at once. ", kib*1024/57+1)[:kib*1024]
+		body := []byte(fmt.Sprintf(`{"model":"protolabs/smart","messages":[{"role":"system","content":"You review diffs."},{"role":"user","content":%q}],"max_tokens":512,"stream":true}`, text))
+		b.Run(fmt.Sprintf("prompt-%dKiB", kib), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				_ = lanehttp.EstimateTokens(body, 1024)
+			}
+		})
+	}
 }

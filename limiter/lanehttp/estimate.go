@@ -1,5 +1,11 @@
 package lanehttp
 
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+)
+
 // DefaultMaxOutputTokens is the output bound of a call that names none,
 // when Transport.DefaultMaxOutputTokens is 0.
 const DefaultMaxOutputTokens = 1024
@@ -51,21 +57,26 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 		i = skipSpace(body, i)
 		i = skipSpace(body, i+1) // the colon
 		v := i
-		i = skipValue(body, i)
 		switch {
 		case isKey(key, "max_completion_tokens"):
+			i = skipValue(body, i)
 			maxCompletion = intValue(body[v:i])
 		case isKey(key, "max_tokens"):
+			i = skipValue(body, i)
 			maxTokens = intValue(body[v:i])
 		case isKey(key, "max_output_tokens"):
+			i = skipValue(body, i)
 			maxOutput = intValue(body[v:i])
 		case isKey(key, "n"):
+			i = skipValue(body, i)
 			n = min(max(intValue(body[v:i]), 1), 128)
 		case isKey(key, "model"), isKey(key, "stream"), isKey(key, "stream_options"), isKey(key, "user"),
 			isKey(key, "metadata"), isKey(key, "response_format"), isKey(key, "tool_choice"), isKey(key, "reasoning_effort"):
-			// Settings, not prompt.
+			i = skipValue(body, i) // settings, not prompt
 		default:
-			e.Prompt += stringTokens(body[v:i])
+			var t int64
+			i, t = scanValue(body, i)
+			e.Prompt += t
 		}
 		i = skipSpace(body, i)
 		if i < len(body) && body[i] == ',' {
@@ -85,34 +96,74 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 	return e
 }
 
-// stringTokens estimates the tokens of the string values in the JSON
-// value v (object keys left out).
-func stringTokens(v []byte) int64 {
-	var t int64
-	for i := 0; i < len(v); i++ {
-		if v[i] != '"' {
-			continue
-		}
-		end := skipString(v, i)
-		if j := skipSpace(v, end); j < len(v) && v[j] == ':' {
-			i = end - 1 // a key
-			continue
-		}
-		s := v[i+1 : end-1]
-		if len(s) > 5 && string(s[:5]) == "data:" {
-			t += imageTokens
-		} else {
-			units := int64(len(s))
-			for _, c := range s {
-				if c >= 0x80 {
-					units++
-				}
-			}
-			t += (units+3)/4 + 1
-		}
-		i = end - 1
+// scanValue returns the index just past the JSON value that starts at
+// b[i], and the estimated tokens of its string values (object keys left
+// out). It walks the value once; strings are skipped with
+// bytes.IndexByte, which is what keeps a long prompt cheap.
+func scanValue(b []byte, i int) (int, int64) {
+	if c := b[i]; c != '"' && c != '{' && c != '[' {
+		return skipValue(b, i), 0 // a number, true, false or null
 	}
-	return t
+	var t int64
+	depth := 0
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			end := endOfString(b, i)
+			if j := skipSpace(b, end); j >= len(b) || b[j] != ':' { // not a key
+				t += stringTokens(b[i+1 : end-1])
+			}
+			if depth == 0 {
+				return end, t
+			}
+			i = end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1, t
+			}
+		}
+	}
+	return i, t
+}
+
+// endOfString returns the index just past the string that starts at b[i].
+func endOfString(b []byte, i int) int {
+	for j := i + 1; ; j++ {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return len(b)
+		}
+		j += k
+		escapes := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			return j + 1
+		}
+	}
+}
+
+// stringTokens estimates the tokens of one string's bytes s: a byte
+// beyond ASCII counts twice, 4 a token, plus one for its framing; a data:
+// URL counts imageTokens.
+func stringTokens(s []byte) int64 {
+	if len(s) > 5 && string(s[:5]) == "data:" {
+		return imageTokens
+	}
+	units := int64(len(s))
+	j := 0
+	for ; j+8 <= len(s); j += 8 {
+		units += int64(bits.OnesCount64(binary.LittleEndian.Uint64(s[j:]) & 0x8080808080808080))
+	}
+	for ; j < len(s); j++ {
+		if s[j] >= 0x80 {
+			units++
+		}
+	}
+	return (units+3)/4 + 1
 }
 
 // intValue returns the JSON integer v, or -1 if it is not one (null, say).

@@ -1,6 +1,7 @@
 package lanehttp_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,9 @@ func TestEstimateTokens(t *testing.T) {
 		{"beyond ascii", `{"model":"m","input":"中文中文"}`, lanehttp.Estimate{Prompt: 7, Output: 1024}},
 		{"image", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("A", 100_000) + `"}}]}]}`,
 			lanehttp.Estimate{Prompt: 2 + 4 + 1000, Output: 1024}}, // "user", "image_url", the image
+		// The raw string ab\"cd\\ is 8 bytes: escaped quotes and
+		// backslashes do not end it.
+		{"escapes", `{"model":"m","input":"ab\"cd\\","max_tokens":1}`, lanehttp.Estimate{Prompt: 3, Output: 1}},
 		{"stream settings are not prompt", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"input":"ab","max_tokens":null}`,
 			lanehttp.Estimate{Prompt: 2, Output: 1024}},
 	} {
@@ -242,4 +246,48 @@ func TestRateLimitsHeaders(t *testing.T) {
 	if _, ok := lanehttp.RateLimits(http.Header{"X-Ratelimit-Remaining-Tokens": {"lots"}}, 200, now); ok {
 		t.Fatal("a remaining count that is no number said something")
 	}
+}
+
+// FuzzEstimateTokens: any body ModelOf accepts is estimated without a
+// panic, at no fewer tokens than it has strings of prompt, and with the
+// output bound encoding/json reads.
+func FuzzEstimateTokens(f *testing.F) {
+	for _, c := range modelCases {
+		f.Add([]byte(c))
+	}
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"ab\"c\\"}],"max_tokens":7,"n":2}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if _, err := lanehttp.ModelOf(body); err != nil {
+			return
+		}
+		e := lanehttp.EstimateTokens(body, 1024)
+		var v struct {
+			MaxTokens           *json.Number `json:"max_tokens"`
+			MaxCompletionTokens *json.Number `json:"max_completion_tokens"`
+			MaxOutputTokens     *json.Number `json:"max_output_tokens"`
+			N                   *json.Number `json:"n"`
+		}
+		if e.Prompt < 0 || e.Output < 0 {
+			t.Fatalf("EstimateTokens(%q) = %+v", body, e)
+		}
+		if json.Unmarshal(body, &v) != nil {
+			return // a field of another type: encoding/json refuses what the estimate skips
+		}
+		bound, n := int64(1024), int64(1)
+		for _, f := range []*json.Number{v.MaxOutputTokens, v.MaxTokens, v.MaxCompletionTokens} {
+			if f != nil {
+				if x, err := f.Int64(); err == nil && x >= 0 && x < 1e18 {
+					bound = x
+				}
+			}
+		}
+		if v.N != nil {
+			if x, err := v.N.Int64(); err == nil && x >= 1 {
+				n = min(x, 128)
+			}
+		}
+		if e.Output != bound*n {
+			t.Fatalf("EstimateTokens(%q).Output = %d, want %d x %d", body, e.Output, bound, n)
+		}
+	})
 }

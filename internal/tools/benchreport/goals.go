@@ -35,6 +35,12 @@ const intro = `## What is measured
   the model, the slot, the timeout guards, the exchange report), free of network noise.
   *lanes-no-timeouts* leaves ResponseHeaderTimeout and StallTimeout unset, which saves
   the cancelable context and the two timers.
+- **lanehttp, Estimate**: the token estimate of a chat completion whose user message is 1,
+  4 and 16 KiB of English text (` + "`lanehttp.EstimateTokens`" + `, made at admission for every
+  model call): per KiB of prompt, as MB/s.
+- **limiter, AcquireRelease/uncontended/llmlanes-budget**: the uncontended acquire and
+  release with a ` + "`tokens_per_minute`" + ` budget that never runs out, each call estimated at
+  1,000 tokens and settled at 800: the budget's look, charge and settlement.
 - **lanehttp, RoundTrip**: the same call over loopback HTTP, for scale: the network
   round trip dwarfs the lane, and its run-to-run noise is larger than the lane's cost.
 - **otelbridge, Bridge**: one call's limiter events (acquire, exchange report, release)
@@ -214,6 +220,9 @@ var goals = []goal{
 		"BenchmarkGrantTenants/tenants-1", "BenchmarkGrant/waiters-100000", 1.5, 1e9),
 	logGoal("grant, 100,000 waiters of 10 → 1,000 tenants: no worse than logarithmic in the tenants (x2 allowance)",
 		"BenchmarkGrantTenants/tenants", 10, 1000, "", 2),
+	absGoal("token estimate of a 4 KiB prompt: under 10 µs, 0 allocs", "BenchmarkEstimate/prompt-4KiB", 10000, 0),
+	ratioGoal("limiter uncontended with a tokens_per_minute budget, each call estimated and settled: cost beside no budget (reported; a budget reads the clock for every grant)",
+		"BenchmarkAcquireRelease/uncontended/llmlanes-budget", "BenchmarkAcquireRelease/uncontended/llmlanes", 1e9, 0),
 	ratioGoal("shared lane (Redis): uncontended acquire and release within 1.5x of two PINGs (its two round trips)",
 		"BenchmarkShared/uncontended/acquire-release", "BenchmarkShared/uncontended/2xping", 1.5, 1e9),
 	metricMaxGoal("shared lane: hand-over from a release in one process to the grant in another, p50 (reported)",
