@@ -71,6 +71,10 @@ type ProviderLimits struct {
 	// RetryAfter, from a 429, holds the lane's grants for that long (at
 	// most MaxRetryAfterHold).
 	RetryAfter time.Duration
+	// At is when the provider counted what remains: when the call whose
+	// answer carried the headers was sent (zero: now). The lane's grants
+	// since then are not in the count, and are taken from it.
+	At time.Time
 }
 
 // ProviderBudget is one budget the provider announced.
@@ -121,11 +125,13 @@ type mirror struct {
 	at, until    int64
 }
 
-func (m *mirror) set(b ProviderBudget, now int64) {
+// set makes b, as counted at at (ns), the budget at now, less since: what
+// the lane granted after at.
+func (m *mirror) set(b ProviderBudget, at, now int64, since float64) {
 	if !b.Known {
 		return
 	}
-	*m = mirror{on: true, level: float64(b.Remaining), limit: float64(b.Limit), at: now, until: now + int64(b.Reset)}
+	*m = mirror{on: true, level: float64(b.Remaining) - since, limit: float64(b.Limit), at: at, until: at + int64(b.Reset)}
 	if b.Limit > b.Remaining && b.Reset > 0 {
 		m.rate = float64(b.Limit-b.Remaining) / float64(b.Reset)
 	}
@@ -201,6 +207,27 @@ type laneTokens struct {
 	timerAt  int64
 	timerGen uint64
 	win      tokenWindow
+	// recent are the last grants (when, estimate), a ring, so that a
+	// provider's count made at some moment can be brought up to now.
+	recent [recentGrants]struct{ at, est int64 }
+	next   int
+}
+
+// recentGrants is how many grants a lane remembers for the provider's
+// counts: more than are granted while one answer's headers are on their
+// way, at any rate a provider's budget allows.
+const recentGrants = 64
+
+// grantedSince returns the estimates and the number of the grants after at
+// (ns) that the lane remembers.
+func (tk *laneTokens) grantedSince(at int64) (tokens, calls float64) {
+	for _, g := range tk.recent {
+		if g.at > at {
+			tokens += float64(g.est)
+			calls++
+		}
+	}
+	return tokens, calls
 }
 
 // tokensLocked returns the lane's token accounting, made if need be.
@@ -329,6 +356,12 @@ func (l *lane) takeTokensLocked(h *hold, cost int64) {
 	}
 	tk.provTokens.take(float64(cost), tk.at)
 	tk.provRequests.take(1, tk.at)
+	if tk.provTokens.on || tk.provRequests.on {
+		// Remembered only while the provider's word is kept, when at is
+		// this grant's time (tokensFitLocked looked at the budgets).
+		tk.recent[tk.next] = struct{ at, est int64 }{tk.at, cost}
+		tk.next = (tk.next + 1) % recentGrants
+	}
 }
 
 // settleTokens replaces what h's grant was charged with u, at once: a call
@@ -388,8 +421,13 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	now := l.clock.Now()
 	ns := ln.ns(now)
 	tk.said = max(ns, 1)
-	tk.provTokens.set(pl.Tokens, ns)
-	tk.provRequests.set(pl.Requests, ns)
+	at := ns
+	if !pl.At.IsZero() && pl.At.Before(now) {
+		at = ln.ns(pl.At)
+	}
+	tokens, calls := tk.grantedSince(at)
+	tk.provTokens.set(pl.Tokens, at, ns, tokens)
+	tk.provRequests.set(pl.Requests, at, ns, calls)
 	if d := min(pl.RetryAfter, MaxRetryAfterHold); d > 0 {
 		tk.hold = max(tk.hold, ns+int64(d))
 	}

@@ -332,3 +332,28 @@ func TestTokensReloadUnderLoad(t *testing.T) {
 		t.Fatalf("remaining %d, want %d (the first size less the %d tokens used)", *tk.Remaining, want, used.Load())
 	}
 }
+
+// The provider counts what remains when a call arrives; its answer comes
+// later. The lane's grants since that count are not in it, and are taken
+// from it.
+func TestTokensProviderCountedEarlier(t *testing.T) {
+	h := newHarness(t, cfgN(10))
+	h.take("L", "first", limiter.Default).Release()
+	ctx := context.Background()
+	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 1000, Reset: time.Minute}})
+	h.clock.Advance(time.Second)
+	a := h.takeCost("a", limiter.Default, 300)
+	// Counted at 0.5 s, before a was granted: 500 left then, 500 to refill
+	// in 60 s; a's 300 come off: 200 and 4 refilled.
+	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 500, Reset: time.Minute},
+		At: t0.Add(500 * time.Millisecond)})
+	if got := *h.lane("L").Tokens.Remaining; got != 204 {
+		t.Fatalf("remaining %d, want 204 (500 counted, less a's 300, and 0.5 s of refill)", got)
+	}
+	h.queue(costing(250), "L", "b", limiter.Default)
+	h.clock.Advance(5 * time.Second) // 204 + 41.7
+	h.noneEnded()
+	h.clock.Advance(600 * time.Millisecond)
+	h.expectGrant("b").Release()
+	a.Release()
+}
