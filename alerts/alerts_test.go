@@ -81,7 +81,7 @@ func TestRulesKeepJobAndAnnotations(t *testing.T) {
 			}
 		}
 	}
-	if n != 9 {
-		t.Fatalf("%d rules, want 9", n)
+	if n != 10 {
+		t.Fatalf("%d rules, want 10", n)
 	}
 }

@@ -171,6 +171,13 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 		WithPanel(series("Upstream time to first byte p50 / p90", "From sending a call (its slot held) to the first byte of the answer: the gateway's own latency, queue excluded.", "s", 12, 8,
 			b.q(`histogram_quantile(0.5, sum by (job, lane, le) (rate(P_llm_upstream_first_byte_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
 			b.q(`histogram_quantile(0.9, sum by (job, lane, le) (rate(P_llm_upstream_first_byte_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90"))).
+		WithPanel(series("Tokens per minute vs budget", "Tokens the lanes' calls used a minute (prompt and completion, from the answers' usage), beside the lane's budget: its tokens_per_minute, else the limit the provider's rate-limit headers announced, and what remains of it now.", "short", 12, 8,
+			b.q(`sum by (job, lane) (rate(P_llm_tokens_total{SEL}[$__rate_interval])) * 60`, "{{lane}} used a minute"),
+			b.q(`max by (job, lane) (P_llm_token_budget_limit{SEL})`, "{{lane}} budget a minute"),
+			b.q(`max by (job, lane) (P_llm_token_budget_remaining{SEL})`, "{{lane}} remaining"))).
+		WithPanel(series("Token estimates vs use", "How far the calls' token estimates at admission were from what they used, p50 and p90 of (used - estimate) / estimate: below 0, the lane reserved more than the calls needed (given back when they ended).", "percentunit", 12, 8,
+			b.q(`histogram_quantile(0.5, sum by (job, lane, le) (rate(P_llm_token_estimate_error_ratio_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
+			b.q(`histogram_quantile(0.9, sum by (job, lane, le) (rate(P_llm_token_estimate_error_ratio_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90"))).
 		WithPanel(targets).
 		WithPanel(series("Other processes: in flight vs limit", "Calls holding a slot in other processes' lanes (lanes-exporter targets), beside their limits.", "short", 12, 8,
 			b.q(`sum by (job, target, lane) (P_target_llm_inflight{job=~"$job",instance=~"$instance"})`, "{{target}} {{lane}} in flight"),

@@ -195,7 +195,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		holders, sharedUp                    []metricdata.DataPoint[int64]
 		tenantIn, tenantQ                    []metricdata.DataPoint[int64]
 		tenantService                        []metricdata.DataPoint[float64]
-		tokens, budget                       []metricdata.DataPoint[int64]
+		tokens, budget, budgetLimit          []metricdata.DataPoint[int64]
 		estimate                             []metricdata.HistogramDataPoint[float64]
 	)
 	started := make(map[string]time.Time, len(lanes))
@@ -249,6 +249,12 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		}
 		if tk := l.Tokens; tk != nil && tk.Remaining != nil {
 			gauge(&budget, a, *tk.Remaining)
+			switch {
+			case tk.TokensPerMinute > 0:
+				gauge(&budgetLimit, a, tk.TokensPerMinute)
+			case tk.Provider != nil && tk.Provider.Tokens != nil && tk.Provider.Tokens.Limit > 0:
+				gauge(&budgetLimit, a, tk.Provider.Tokens.Limit)
+			}
 		}
 		for _, tn := range l.AllTenants {
 			ta := attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("tenant", tn.Tenant))
@@ -313,6 +319,9 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	if len(budget) > 0 {
 		ms = append(ms, igauge("llm.token.budget.remaining", "{token}", "Tokens the lane may still grant now: its tokens_per_minute budget's, else what the provider's rate-limit headers say remains.", budget))
+		if len(budgetLimit) > 0 {
+			ms = append(ms, igauge("llm.token.budget.limit", "{token}", "The lane's tokens per minute: its tokens_per_minute, else the limit the provider's rate-limit headers announced.", budgetLimit))
+		}
 	}
 	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
 		ms = append(ms,

@@ -56,7 +56,7 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	}))
 	defer target.Close()
 	cfg, err := ParseConfig("e2e.yaml", []byte(fmt.Sprintf(`
-limiter: {max_inflight: 2, queue_timeout: 600s, interactive_reserve: 0}
+limiter: {max_inflight: 2, queue_timeout: 600s, interactive_reserve: 0, tokens_per_minute: 100000000}
 upstreams:
   - {name: healthy, base_url: "%s/v1", capacity: 8}
   - {name: failing, base_url: "%s/v1", capacity: 8}

@@ -38,7 +38,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	}))
 	defer target.Close()
 	cfg, err := ParseConfig("n.yaml", []byte(fmt.Sprintf(`
-limiter: {max_inflight: 1, queue_timeout: 10s, interactive_reserve: 0}
+limiter: {max_inflight: 1, queue_timeout: 10s, interactive_reserve: 0, tokens_per_minute: 10000000}
 upstreams: [{name: gw, base_url: "%s/v1", capacity: 4}]
 targets: [{name: vera, url: "%s", interval: 1h}]
 `, up.srv.URL, target.URL)))

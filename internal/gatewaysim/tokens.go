@@ -99,6 +99,17 @@ func (r *request) PromptTokens() int64 {
 	return int64((n + 3) / 4)
 }
 
+// PromptTokens is the simulated provider's count of the prompt of the
+// chat completion request body (see request.PromptTokens); 0 for a body
+// that is not one.
+func PromptTokens(body []byte) int64 {
+	var r request
+	if json.Unmarshal(body, &r) != nil {
+		return 0
+	}
+	return r.PromptTokens()
+}
+
 // bound returns the request's output bound, or def without one.
 func (r *request) bound(def int64) int64 {
 	switch {

@@ -27,7 +27,8 @@ type Bundle struct {
 	// HTTP, a real redis-server), when run.
 	Shared         *Report
 	SharedFidelity Fidelity
-	Boards         Boards // TwoBoards()
+	Boards         Boards    // TwoBoards()
+	Tokens         TokenRuns // TokenLimit()
 }
 
 // ClearAfter is the classification setting the degradation replay tries
@@ -72,7 +73,10 @@ func RunAll(ctx context.Context) (Bundle, error) {
 		}
 		b.Degradation = append(b.Degradation, r)
 	}
-	b.Boards, err = RunBoards(TwoBoards())
+	if b.Boards, err = RunBoards(TwoBoards()); err != nil {
+		return b, err
+	}
+	b.Tokens, err = RunTokens(TokenLimit())
 	return b, err
 }
 
@@ -186,6 +190,13 @@ func (b Bundle) Markdown(w io.Writer) {
 	p("\n")
 	b.Boards.Markdown(w)
 	p("\n%s", mdBoardsAfter)
+
+	p("\n## A provider's tokens per minute\n\n%s", mdTokens)
+	TokenLimit().Parameters(w)
+	p("\n")
+	b.Tokens.Markdown(w)
+	h := b.Tokens.Headers.Tokens
+	p("\n"+mdTokensAfter, h.Blind, h.RateLimited-h.Blind, 100*share429(b.Tokens.Headers))
 
 	p("\n## The gateway degrades mid-incident\n\n%s", mdDegraded)
 	Degradation().Parameters(w)
@@ -364,6 +375,34 @@ since the first minutes, above board B's fresh ones before board B's panel arriv
 a class board B goes first; across classes, board A's older calls do. Meeting the goal takes
 a change to the contract (aging counted within a tenant's share, say), which is the team's
 to decide; the figures above are what the contract as written gives.
+`
+
+const mdTokens = `The incident's load on a gateway that limits the tokens it serves a minute, as OpenAI's,
+Azure OpenAI's and Anthropic's do, through three kinds of lanes with the ADR's settings:
+lanes sized in calls only (they know nothing of tokens: what they let through beyond the
+limit is answered 429, and the SDK retries it); lanes with ` + "`tokens_per_minute`" + ` set to the
+gateway's limit, which estimate every call (` + "`lanehttp.EstimateTokens`" + ` of its body), queue
+what does not fit and settle each call against its usage; and lanes with no budget that
+follow the gateway's ` + "`x-ratelimit-remaining-tokens`" + ` and ` + "`x-ratelimit-reset-tokens`" + ` (and a
+429's ` + "`Retry-After`" + `). The tokens used count as the provider bills them: a prompt when it
+arrives, each answer token when it is made; the window starts at minute 2, once the
+bucket's first minute, full at the start, is spent. A figure a little over 100 % is the
+window's edges: answers admitted before minute 2 count their tokens in it.
+
+`
+
+const mdTokensAfter = `With the budget, the lane keeps the gateway's bucket and its own in step (it reserves its
+estimate, at least the gateway's reservation, when it grants a call, and settles both to the
+usage when the call ends), so the gateway answers no 429 and the queue, not the SDK's retry
+loop, holds what does not fit: the calls that wait longest reach the queue timeout, fast and
+marked not to be retried. Following the headers alone, the lane knows nothing until the first
+answer: the calls sent at once at the start go blind, and those that do not fit are answered
+429 (and retried after the ` + "`Retry-After`" + ` they carry). After the first answer the lane keeps
+within what the headers say remains, less what it has granted since the provider counted.
+With the ADR's settings the run has few requests (5 slots of 46 s answers): %d of them were
+answered 429 before the first answer, %d after it, %.1f %% in all. No lane that knows nothing
+before its first answer can keep a first burst larger than the provider's minute from 429s;
+setting the budget meets both goals.
 `
 
 const mdLimits = `## What the model leaves out

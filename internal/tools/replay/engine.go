@@ -91,12 +91,16 @@ func (e *engine) newLimiter(cfg limiter.Config, opts ...limiter.Option) (*limite
 // acquire asks lim for a slot in lane key for a call of class p that
 // arrived at arrival, and calls done with the result: at once (as the next
 // event) for an immediate answer, later for a queued call.
-func (e *engine) acquire(lim *limiter.Limiter, key string, p limiter.Priority, tenant string, arrival time.Duration, done func(res)) {
+// A call estimated at cost tokens (0: none) carries the estimate.
+func (e *engine) acquire(lim *limiter.Limiter, key string, p limiter.Priority, tenant string, cost int64, arrival time.Duration, done func(res)) {
 	id := e.nextID
 	e.nextID++
 	ctx := limiter.WithArrival(limiter.WithPriority(context.Background(), p), e.t0.Add(arrival))
 	if tenant != "" {
 		ctx = limiter.WithTenant(ctx, tenant)
+	}
+	if cost > 0 {
+		ctx = limiter.WithTokens(ctx, cost)
 	}
 	ctx = context.WithValue(ctx, idKey{}, id)
 	go func() {

@@ -107,7 +107,26 @@ type Options struct {
 	BoardBCoderEvery time.Duration // board B's coder calls, on average (0: CoderEvery)
 	Tenants          bool
 	BoardBAloneLimit int
+	// TokensPerMinute, when above 0, makes the gateway limit the tokens it
+	// serves a minute as OpenAI does (gatewaysim.TokenLimit): a call that
+	// does not fit is answered 429 with Retry-After, and every answer says
+	// what remains (x-ratelimit-*-tokens). Each call asks for MaxTokens
+	// (its output bound); its prompt is its body's bytes of text. With the
+	// "tokens" scenario, TokenMode says what the lanes know of tokens:
+	// TokensCalls (nothing: lanes sized in calls), TokensBudget
+	// (tokens_per_minute set to the gateway's limit) or TokensHeaders (no
+	// budget; the gateway's rate-limit headers followed).
+	TokensPerMinute int64
+	MaxTokens       int
+	TokenMode       string
 }
+
+// The lanes' token modes of the "tokens" scenario.
+const (
+	TokensCalls   = "calls"
+	TokensBudget  = "budget"
+	TokensHeaders = "headers"
+)
 
 // CapacityChange sets the gateway's capacity at a time.
 type CapacityChange struct {
@@ -154,6 +173,19 @@ func TwoBoards() Options {
 	o := Incident()
 	o.Agents, o.BoardBPanelAt, o.BoardBCoderEvery = 2, 3*time.Minute, time.Minute
 	o.SharedLimit, o.SharedReserve, o.BoardBAloneLimit = o.Limit, o.Reserve, 3
+	return o
+}
+
+// TokenLimit returns the incident on a gateway that limits tokens per
+// minute, as OpenAI does: 9,000 a minute; chat turns of 2 KiB, coder calls
+// of 8 KiB and finder calls of 16 KiB of prompt (each within ±25%), each
+// asking for at most 256 tokens (the answers are the incident's 45). The
+// load asks for more tokens than that, and the lanes (the ADR's 5 slots, 1
+// reserved) would send them: tokens, not slots, are what is short.
+func TokenLimit() Options {
+	o := Incident()
+	o.ChatBytes, o.CoderBytes, o.FinderBytes, o.PromptJitter = 2048, 8192, 16384, 0.25
+	o.TokensPerMinute, o.MaxTokens = 9000, 256
 	return o
 }
 
@@ -215,6 +247,10 @@ func (o Options) Parameters(w io.Writer) {
 	}
 	if o.RejectAbove > 0 {
 		p("gateway limit", "429 at once to a call arriving with %d in progress", o.RejectAbove)
+	}
+	if o.TokensPerMinute > 0 {
+		p("gateway tokens per minute", "%d, a token bucket that refills continuously (as OpenAI's and Anthropic's limits do); a call reserves its prompt (the gateway's count: its text's bytes, 4 a token) and its max_tokens (%d) when it arrives and gets back what it did not use when it ends; past the limit a 429 with Retry-After (the SDK waits that long, as openai-go does up to 60 s, then retries); every answer's x-ratelimit-*-tokens say what remains and when it is whole again",
+			o.TokensPerMinute, o.MaxTokens)
 	}
 	for _, c := range o.CapacityChanges {
 		p("capacity change", "%d at %s", c.Capacity, c.At)

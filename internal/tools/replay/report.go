@@ -39,6 +39,9 @@ type Report struct {
 	Samples            []Sample // every PollEvery
 	Chats              []Point  // each completed chat turn's time to first token, by start
 	Grants             []Grant  // every acquisition's end, in order
+	// Tokens are the figures against the gateway's tokens-per-minute
+	// limit, with Options.TokensPerMinute.
+	Tokens *TokenFigures
 }
 
 // ClassStats are one class's figures.

@@ -15,6 +15,7 @@ import (
 	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
 
@@ -57,6 +58,10 @@ type call struct {
 	sent    bool   // an attempt reached the gateway
 	then    func() // runs when the call has finished
 	bytes   int    // its request body
+	// With a tokens-per-minute gateway: est is the lane's estimate of the
+	// call (lanehttp.EstimateTokens of its body), prompt the gateway's
+	// count of its prompt.
+	est, prompt int64
 }
 
 // Run replays scenario (one of Scenarios, or "shared-exporter") with o in
@@ -70,6 +75,7 @@ func Run(scenario string, o Options) (Report, error) {
 	gcfg := gatewaysim.Config{Capacity: o.Capacity, Tokens: o.Tokens, TokenTime: o.TokenTime, FirstTokenDelay: o.FirstTokenDelay, Seed: o.Seed}
 	s := &sim{e: e, o: o, r: newReport(scenario, o), queued: map[*call]time.Duration{}, rng: rand.New(rand.NewPCG(o.Seed, 77))}
 	gcfg.PromptTime, gcfg.RejectAbove, gcfg.Jitter, gcfg.Bimodal = o.PromptTime, o.RejectAbove, o.Jitter, o.Bimodal
+	gcfg.TokensPerMinute = o.TokensPerMinute
 	var shared limiter.Config
 	switch scenario {
 	case "no-limiter":
@@ -85,6 +91,18 @@ func Run(scenario string, o Options) (Report, error) {
 			return Report{}, fmt.Errorf("replay: %s needs Options.SharedLimit", scenario)
 		}
 		shared = limiter.Config{MaxInflight: o.SharedLimit, InteractiveReserve: o.SharedReserve, QueueTimeout: o.QueueTimeout}
+	case "tokens":
+		if o.TokensPerMinute <= 0 || o.MaxTokens <= 0 {
+			return Report{}, fmt.Errorf("replay: tokens needs Options.TokensPerMinute and MaxTokens")
+		}
+		shared = limiter.Config{MaxInflight: o.Limit, InteractiveReserve: o.Reserve, QueueTimeout: o.QueueTimeout}
+		switch o.TokenMode {
+		case TokensBudget:
+			shared.TokensPerMinute = o.TokensPerMinute
+		case TokensCalls, TokensHeaders:
+		default:
+			return Report{}, fmt.Errorf("replay: TokenMode %q: want %s, %s or %s", o.TokenMode, TokensCalls, TokensBudget, TokensHeaders)
+		}
 	case "board-b-alone":
 		if o.BoardBPanelAt <= 0 || o.BoardBAloneLimit < 1 {
 			return Report{}, fmt.Errorf("replay: board-b-alone needs Options.BoardBPanelAt and BoardBAloneLimit")
@@ -136,6 +154,9 @@ func Run(scenario string, o Options) (Report, error) {
 	e.at(0, s.poll)
 	e.run()
 	s.r.finish(s.panels, s.gw.st)
+	if s.gw.tpm != nil {
+		s.r.Tokens = s.tokenFigures()
+	}
 	return *s.r, nil
 }
 
@@ -231,6 +252,10 @@ func (s *sim) begin(c *call) {
 	c.start = s.e.now()
 	size := map[string]int{"interactive": s.o.ChatBytes, "default": s.o.CoderBytes, "bulk": s.o.FinderBytes}[c.class]
 	c.bytes = max(1, int(float64(size)*(1+s.o.PromptJitter*(2*s.rng.Float64()-1))))
+	if s.o.TokensPerMinute > 0 {
+		body := chatBody(c.bytes, s.o.MaxTokens)
+		c.est, c.prompt = lanehttp.EstimateTokens(body, lanehttp.DefaultMaxOutputTokens).Total(), gatewaysim.PromptTokens(body)
+	}
 	s.open++
 	s.r.class(c.class).Calls++
 	s.try(c)
@@ -251,7 +276,11 @@ func (s *sim) try(c *call) {
 	if s.o.NoPriorities {
 		prio = limiter.Default
 	}
-	s.e.acquire(lim, LaneKey, prio, s.tenant(c), c.start, func(r res) {
+	cost := c.est
+	if s.o.TokenMode == TokensCalls {
+		cost = 0 // lanes that know nothing of tokens
+	}
+	s.e.acquire(lim, LaneKey, prio, s.tenant(c), cost, c.start, func(r res) {
 		delete(s.queued, c)
 		now := s.e.now()
 		s.r.class(c.class).waits = append(s.r.class(c.class).waits, now-asked)
@@ -271,12 +300,30 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 	e, sent := s.e, s.e.now()
 	first, last := time.Duration(-1), sent
 	done := false
-	x := &exchange{}
+	x := &exchange{prompt: c.prompt, bound: int64(s.o.MaxTokens)}
+	tokens := lim != nil && s.o.TokensPerMinute > 0 && s.o.TokenMode != TokensCalls
+	headers := tokens && s.o.TokenMode == TokensHeaders
+	// limits is what the answer's rate-limit headers say, as the gateway
+	// counted when the call arrived (lanehttp.RateLimits).
+	limits := func(retryAfter time.Duration) limiter.ProviderLimits {
+		return limiter.ProviderLimits{At: e.t0.Add(sent), RetryAfter: retryAfter, Tokens: limiter.ProviderBudget{
+			Known: true, Limit: s.o.TokensPerMinute, Remaining: x.remaining, Reset: x.reset}}
+	}
 	end := func(out limiter.Outcome, code int, reason string) {
 		if done {
 			return
 		}
 		done = true
+		if tokens {
+			// Settled as the transport settles: the answer's usage, or
+			// nothing for an error answer.
+			var u limiter.Usage
+			if code == http.StatusOK {
+				u = limiter.Usage{Prompt: c.prompt, Completion: x.generated}
+			}
+			slot.Settle(u)
+			e.dirty = true
+		}
 		if lim != nil {
 			fb := time.Duration(0)
 			if first >= 0 {
@@ -293,6 +340,9 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 		if c.attempt < s.o.Retries {
 			s.r.Retries++
 			wait := s.o.Backoff << c.attempt
+			if code == http.StatusTooManyRequests && x.retryAfter > 0 && x.retryAfter <= time.Minute {
+				wait = x.retryAfter // the SDKs wait a 429's Retry-After, up to 60 s
+			}
 			c.attempt++
 			e.after(wait, func() { s.try(c) })
 			return
@@ -300,6 +350,10 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 		s.finish(c, false, reason, 0)
 	}
 	x.status = func(code int) {
+		if headers && code == http.StatusTooManyRequests {
+			lim.RecordLimits(context.Background(), LaneKey, limits(x.retryAfter))
+			e.dirty = true
+		}
 		if code == http.StatusTooManyRequests {
 			end(limiter.OutcomeRateLimited, code, "429")
 		} else {
@@ -308,6 +362,10 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 	}
 	x.bytes = c.bytes
 	x.token = func(i int) {
+		if i == 0 && headers {
+			lim.RecordLimits(context.Background(), LaneKey, limits(0))
+			e.dirty = true
+		}
 		if i == 0 {
 			first = e.now()
 			if lim != nil { // the transport reports first bytes as they come
