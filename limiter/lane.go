@@ -87,6 +87,8 @@ type hold struct {
 	timed  bool
 	at     int64
 	charge float64
+	// inTokens is set when charge is in tokens (see tenants.tokens).
+	inTokens bool
 	// est is what the call was estimated at (tokens); cost what it is
 	// charged now: est until Settle, then what it used (settled).
 	est, cost int64
@@ -234,7 +236,7 @@ func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold 
 		h = &hold{lane: l}
 	}
 	h.prio = p
-	l.chargeLocked(cfg, t, h)
+	l.chargeLocked(cfg, t, h, cost)
 	if l.tok != nil {
 		l.takeTokensLocked(h, cost)
 	}

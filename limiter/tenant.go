@@ -112,6 +112,14 @@ type tenants struct {
 	// tenant alone has no one to be fair to, and reads no clock for it.
 	measured bool
 	est      float64 // the mean slot-time of the lane's calls, in seconds
+	// tokens is set once a call with a token estimate (WithTokens) was
+	// granted while the lane measures service: from then on service is
+	// counted in tokens (the call's estimate at the grant, settled to what
+	// it used at the release), so that a tenant of long prompts does not
+	// get the share of one of short ones. perCall is the mean tokens of a
+	// call, charged to a call that carries no estimate.
+	tokens  bool
+	perCall float64
 }
 
 // tenantLocked returns the tenant called name, made if need be; past
@@ -184,15 +192,26 @@ func (l *lane) liftLocked(t *tenant) {
 	}
 }
 
-// chargeLocked counts a grant to t, held by h, at now (ns since the
-// origin; read only if the lane measures service).
-func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold) {
+// chargeLocked counts a grant to t, held by h, of a call estimated at cost
+// tokens (0: none), at now (ns since the origin; read only if the lane
+// measures service).
+func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold, cost int64) {
 	h.t = t
 	t.inflight++
 	l.tenants.last = t
 	if l.tenants.measured {
+		if cost > 0 && !l.tenants.tokens {
+			l.inTokensLocked(cost)
+		}
 		h.timed, h.at = true, l.nowNS()
-		h.charge = t.est / cfg.weight(t)
+		c := t.est
+		if h.inTokens = l.tenants.tokens; h.inTokens {
+			c = l.tenants.perCall
+			if cost > 0 {
+				c = float64(cost)
+			}
+		}
+		h.charge = c / cfg.weight(t)
 		t.vs += h.charge
 		t.pending += h.charge
 		l.q.serviceChanged(t)
@@ -214,12 +233,26 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 	}
 	if h.timed {
 		d := float64(now-h.at) / 1e9
-		t.vs += d/cfg.weight(t) - h.charge
-		t.pending -= h.charge
+		switch {
+		case h.inTokens != l.tenants.tokens:
+			// Charged in slot-time before the lane turned to tokens, which
+			// started every tenant's service again: nothing to settle.
+		case h.inTokens:
+			used := l.tenants.perCall // a call with no estimate: the mean
+			if h.est > 0 {
+				used = float64(h.cost) // what it used (Slot.Settle), else its estimate
+				l.tenants.perCall += (used - l.tenants.perCall) / 8
+			}
+			t.vs += used/cfg.weight(t) - h.charge
+			t.pending -= h.charge
+		default:
+			t.vs += d/cfg.weight(t) - h.charge
+			t.pending -= h.charge
+		}
 		t.served += d
 		t.est += (d - t.est) / 4
 		l.tenants.est += (d - l.tenants.est) / 8
-		h.timed, h.at, h.charge = false, 0, 0
+		h.timed, h.at, h.charge, h.inTokens = false, 0, 0, false
 		l.q.serviceChanged(t)
 	}
 	if t.parked && !capped(cfg, t) {
@@ -228,6 +261,18 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 		}
 		l.q.unpark(t, now)
 	}
+}
+
+// inTokensLocked turns the lane's service to tokens, at its first grant
+// with an estimate, of cost: every tenant's service starts again from 0
+// (slot-time and tokens do not compare), and a call with no estimate is
+// charged cost until the lane has measured its mean.
+func (l *lane) inTokensLocked(cost int64) {
+	l.tenants.tokens, l.tenants.perCall = true, float64(cost)
+	l.eachTenant(func(t *tenant) {
+		t.vs, t.pending = 0, 0
+		l.q.serviceChanged(t)
+	})
 }
 
 func capped(cfg *Config, t *tenant) bool {

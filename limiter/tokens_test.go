@@ -3,7 +3,9 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -356,4 +358,62 @@ func TestTokensProviderCountedEarlier(t *testing.T) {
 	h.clock.Advance(600 * time.Millisecond)
 	h.expectGrant("b").Release()
 	a.Release()
+}
+
+// Fair shares count tokens where calls carry estimates: of two tenants
+// backlogged in one class, one whose calls cost 4,000 tokens and one whose
+// calls cost 1,000, each gets the same tokens, so the second about four
+// calls to the first's one, within one call of the larger (start-time
+// fair queuing's bound on one slot), at every grant. Slot-time alone
+// would alternate them.
+func TestFairSharesByTokens(t *testing.T) {
+	cfg := cfgN(1)
+	cfg.QueueTimeout = time.Hour
+	h := newHarness(t, cfg)
+	cost := map[string]int64{"long": 4000, "short": 1000}
+	ctxOf := func(tn string) context.Context {
+		return limiter.WithTokens(limiter.WithTenant(context.Background(), tn), cost[tn])
+	}
+	n := 0
+	queue := func(tn string) {
+		n++
+		h.queue(ctxOf(tn), "L", fmt.Sprintf("%s-%d", tn, n), limiter.Interactive)
+	}
+	granted, r := h.call(ctxOf("long"), "L", "long-0", limiter.Interactive)
+	if !granted {
+		t.Fatal("the first call queued")
+	}
+	for range 3 {
+		queue("long")
+		queue("short")
+	}
+	got := map[string]int64{"long": cost["long"]}
+	calls := map[string]int{"long": 1}
+	slot := &r.slot
+	for range 60 {
+		h.clock.Advance(time.Second) // every call holds its slot 1 s
+		slot.Release()
+		next := h.next()
+		if next.err != nil {
+			t.Fatal(next.err)
+		}
+		tn := next.id[:strings.IndexByte(next.id, '-')]
+		got[tn] += cost[tn]
+		calls[tn]++
+		if d := got["long"] - got["short"]; d > 4000 || d < -4000 {
+			t.Fatalf("after %v grants: tokens %v differ by more than the largest call's 4,000", calls, got)
+		}
+		slot = &next.slot
+		queue(tn)
+	}
+	h.lim.Shutdown() // before the release, which then grants no one
+	slot.Release()
+	for range 6 { // the calls still queued are refused
+		if r := h.next(); !errors.Is(r.err, limiter.ErrShuttingDown) {
+			t.Fatalf("%s: %v", r.id, r.err)
+		}
+	}
+	if calls["short"] < 3*calls["long"] {
+		t.Fatalf("grants %v: want about four short calls to a long one", calls)
+	}
 }
