@@ -29,7 +29,11 @@
 // without tenants, and a lane whose calls name no tenant orders them
 // exactly as class, then arrival.
 //
-// Service is slot-time divided by the tenant's weight (Fairness.Weights).
+// Service is slot-time divided by the tenant's weight (Fairness.Weights),
+// or, in a lane whose calls carry token estimates (WithTokens), tokens:
+// the estimate at the grant, settled to what the call used at the
+// release; the lane turns to tokens at its first estimated grant, and
+// every tenant's service starts again then.
 // The algorithm is start-time fair queuing (Goyal, Vin and Cheng, 1996)
 // over slot-time, as VTC (Sheng et al., "Fairness in Serving Large
 // Language Models", OSDI 2024) applies it to model calls: a grant is
@@ -53,6 +57,23 @@
 // Fairness.MaxTenants bounds the tenants a lane tracks by name, beyond
 // which calls share OtherTenant. A lane measures slot-time (reads the
 // clock at grant and release) only once a call has named a tenant.
+//
+// # Token budgets
+//
+// A call may carry an estimate of its tokens (WithTokens; package
+// lanehttp estimates every model call from its body). Config.TokensPerMinute
+// is each lane's budget, a token bucket a minute deep that refills
+// continuously, and Config.MaxInflightTokens bounds the estimates in
+// flight: a call is granted only when both have room for its estimate,
+// and waits in the queue, in the lane's order, until they do (the first in
+// line holds it: smaller calls behind it do not pass). Slot.Settle
+// replaces the estimate with what the call used, at once. A call estimated
+// above a whole budget is refused with a *TokenBudgetError. RecordLimits
+// reports what a provider's rate-limit headers said: until their reset
+// the lane grants no more than they say remains (less what it has granted
+// since the provider counted), and a 429's Retry-After holds its grants.
+// A lane whose calls carry estimates and no budget binds reads no clock
+// for them.
 //
 // The queue keeps one FIFO per tenant and class; the FIFOs' heads sit in
 // six heaps, one per class and aging tier, by service: a grant compares

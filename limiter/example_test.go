@@ -159,3 +159,37 @@ func ExampleWithTenant() {
 	fmt.Println()
 	// Output: b1 a1 a2 a3
 }
+
+// A lane with a budget of 1,200 tokens a minute: a call estimated at 1,000
+// takes most of it, and the next call of 500 waits; when the first ends
+// having used 300, the 700 it did not use come back at once, and the
+// waiting call is granted.
+func ExampleWithTokens() {
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	lim, _ := limiter.New(limiter.Config{MaxInflight: 4, TokensPerMinute: 1200}, limiter.WithClock(clock))
+	lane := "https://gw/v1|protolabs/smart"
+	remaining := func() int64 { return *lim.Snapshot().Lanes[0].Tokens.Remaining }
+
+	first, _ := lim.Acquire(limiter.WithTokens(context.Background(), 1000), lane)
+	fmt.Println("remaining after the first grant:", remaining())
+
+	granted := make(chan limiter.Slot)
+	go func() {
+		s, _ := lim.Acquire(limiter.WithTokens(context.Background(), 500), lane)
+		granted <- s
+	}()
+	for lim.Snapshot().Lanes[0].Queued == 0 {
+		time.Sleep(time.Millisecond) // until the second call waits
+	}
+	fmt.Println("the second call waits for:", lim.Snapshot().Lanes[0].Tokens.WaitingFor["default"])
+
+	first.Settle(limiter.Usage{Prompt: 200, Completion: 100})
+	second := <-granted
+	fmt.Println("remaining once both are charged:", remaining())
+	first.Release()
+	second.Release()
+	// Output:
+	// remaining after the first grant: 200
+	// the second call waits for: tokens
+	// remaining once both are charged: 400
+}

@@ -58,6 +58,18 @@
 // itself. Streams that break before any content are reconnected the same
 // way by Reconnect.
 //
+// # Tokens
+//
+// Every model call is estimated (EstimateTokens: its prompt and its output
+// bound) and carries the estimate to its lane (limiter.WithTokens), unless
+// the caller set one. Its answer is read as it passes for what the call
+// cost: the usage object of a whole answer or of a stream's chunks, else
+// the events streamed; the slot is settled with it (limiter.Slot.Settle)
+// when the exchange ends, and the exchange report carries the estimate and
+// the use. The answer's rate-limit headers (RateLimits) are reported to
+// the lane as they arrive (limiter.Limiter.RecordLimits). A call estimated
+// above a whole budget is answered 413 token_budget_exceeded.
+//
 // # Bad requests
 //
 // A model call whose body is larger than MaxBodyBytes, is not JSON, or names
