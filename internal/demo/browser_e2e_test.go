@@ -98,6 +98,7 @@ func TestBrowserStatusPage(t *testing.T) {
 		`Budget across processes`,
 		`data-tenant="board-a"`, // the tenants table: the demo's two boards
 		`data-tenant="board-b"`,
+		`data-tokens="http://127.0.0.1:`, // the tokens table: every call through the proxy is estimated
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("rendered page lacks %q", want)
