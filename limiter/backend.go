@@ -43,7 +43,10 @@ type Request struct {
 	// backend shares the lane between tenants as Config.Fairness says.
 	Tenant  string
 	Arrival time.Time // its logical arrival (see WithArrival), on the limiter's clock
-	Config  Config    // the settings in force: MaxInflight, the reserve, QueueTimeout, Fairness
+	Config  Config    // the settings in force: MaxInflight, the reserve, QueueTimeout, Fairness, the token budgets
+	// Tokens is the call's estimate (WithTokens), 0 for none: a Backend
+	// that keeps token budgets (TokenBackend) charges it.
+	Tokens int64
 	// Queued, if the call has to wait, is called once, on the goroutine
 	// that called Acquire and before Acquire returns, with its place in
 	// line (waiters of the same or a higher class, itself included).
@@ -75,6 +78,27 @@ type SharedLane struct {
 	OldestWait time.Duration
 	// Holders counts the slots held, by process name.
 	Holders map[string]int
+	// TokensRemaining is the lane's token budget left, nil without one;
+	// TokensInflight the estimates of the calls holding its slots.
+	TokensRemaining *int64
+	TokensInflight  int64
+}
+
+// A TokenBackend is a Backend that keeps the token budgets of
+// Config.TokensPerMinute and MaxInflightTokens itself, decided with the
+// slot, and whose Leases settle (Settle) what their calls used. With any
+// other Backend, limiter.New refuses the budgets.
+type TokenBackend interface {
+	Backend
+	// KeepsTokenBudgets reports whether the backend keeps them.
+	KeepsTokenBudgets() bool
+}
+
+// A SettlingLease is a Lease of a TokenBackend: Settle replaces what its
+// grant was charged in the lane's token budget with u (see Slot.Settle).
+type SettlingLease interface {
+	Lease
+	Settle(u Usage)
 }
 
 // Backend states, as SharedLane.State and the snapshot show them.
@@ -127,6 +151,11 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 		arrival = a
 	}
 	t := ln.tenantLocked(cfg, TenantFrom(ctx))
+	cost := TokensFrom(ctx)
+	if err := tooLarge(cfg, key, cost); err != nil {
+		ln.mu.Unlock()
+		return Slot{}, err
+	}
 	ln.waiting[p.Index()]++
 	t.queued++
 	ln.touchLocked(start)
@@ -141,7 +170,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(l.down, cancel)()
-	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Queued: func(pos int) {
+	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Tokens: cost, Queued: func(pos int) {
 		place = pos
 		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.label, Position: pos})
 	}})
@@ -267,6 +296,11 @@ func (l *Limiter) mergeShared(lanes []LaneSnapshot, now time.Time) {
 			continue
 		}
 		s.Inflight, s.QueuedByPriority = g.Inflight, g.QueuedByPriority
+		if g.TokensRemaining != nil || g.TokensInflight != 0 {
+			cfg := l.cfg.Load()
+			s.Tokens = &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens,
+				Inflight: g.TokensInflight, Remaining: g.TokensRemaining}
+		}
 		s.Queued = g.QueuedByPriority.Interactive + g.QueuedByPriority.Default + g.QueuedByPriority.Bulk
 		s.OldestWait = seconds((g.OldestWait + wall.Sub(g.at)*time.Duration(boolInt(s.Queued > 0))).Seconds())
 		s.Saturated = s.Queued > 0 && g.QueuedFor+wall.Sub(g.at) >= saturationAfter

@@ -504,17 +504,44 @@ func (l *lane) tokensNowLocked(cfg *Config, cost int64) bool {
 // Call it before Release; the estimate counts against
 // Config.MaxInflightTokens until the release.
 func (s *Slot) Settle(u Usage) {
-	if h := s.h; h != nil {
-		h.lane.settleTokens(h, s.gen, u)
+	h := s.h
+	if h == nil {
+		return
 	}
+	if h.lane.lim.backend != nil {
+		// A shared lane's budget is its Backend's.
+		h.lane.mu.Lock()
+		lease, ok := h.lease.(SettlingLease)
+		live := h.gen == s.gen
+		h.lane.mu.Unlock()
+		if ok && live {
+			lease.Settle(u)
+		}
+		return
+	}
+	h.lane.settleTokens(h, s.gen, u)
 }
 
 // checkBackend refuses token budgets with a Backend: its lanes' budgets
 // would have to be decided in its store, with the slot, and no Backend
 // does that yet.
 func (l *Limiter) checkBackend(cfg *Config) error {
-	if l.backend != nil && cfg.budgeted() {
-		return &SettingError{Setting: "tokens_per_minute", Problem: "is set with shared lanes (a Backend): token budgets are kept by lanes in this process only, for now; unset tokens_per_minute and max_inflight_tokens"}
+	if tb, ok := l.backend.(TokenBackend); l.backend != nil && cfg.budgeted() && !(ok && tb.KeepsTokenBudgets()) {
+		return &SettingError{Setting: "tokens_per_minute", Problem: "is set with a Backend that keeps no token budgets (not a TokenBackend); unset tokens_per_minute and max_inflight_tokens"}
+	}
+	return nil
+}
+
+// tooLarge returns a *TokenBudgetError if cost exceeds a whole budget of
+// cfg, for a lane kept by a Backend (the provider's limit is not known
+// there).
+func tooLarge(cfg *Config, key string, cost int64) error {
+	switch {
+	case cost <= 0:
+	case cfg.TokensPerMinute > 0 && cost > cfg.TokensPerMinute:
+		return &TokenBudgetError{Lane: key, Tokens: cost, Budget: "tokens_per_minute", Limit: cfg.TokensPerMinute}
+	case cfg.MaxInflightTokens > 0 && cost > cfg.MaxInflightTokens:
+		return &TokenBudgetError{Lane: key, Tokens: cost, Budget: "max_inflight_tokens", Limit: cfg.MaxInflightTokens}
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 			age = 0
 		}
 		sent := time.Now()
-		v, err := b.run(ctx, lk, "acquire", int(r.Priority.Index()), age, b.cfg.Process, r.Lane, b.suffix, tenantOf(r), weightOf(r))
+		v, err := b.run(ctx, lk, "acquire", int(r.Priority.Index()), age, b.cfg.Process, r.Lane, b.suffix, tenantOf(r), weightOf(r), max(0, r.Tokens))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -181,17 +181,19 @@ func (b *Backend) laneCount() int {
 // settings.
 func (b *Backend) argv(lk *laneKeys, op string, args ...any) []any {
 	limit, reserve, perTenant := 0, 0, 0 // grant nothing
+	var tpm, maxTokens int64
 	if cfg := lk.cfg.Load(); cfg != nil {
 		limit, reserve = cfg.MaxInflight, cfg.Reserve()
 		if f := cfg.Fairness; f != nil {
 			perTenant = f.MaxInflightPerTenant
 		}
+		tpm, maxTokens = cfg.TokensPerMinute, cfg.MaxInflightTokens
 	}
 	now := ""
 	if b.cfg.Now != nil {
 		now = strconv.FormatInt(b.cfg.Now().UnixMilli(), 10)
 	}
-	return append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds(), perTenant, now}, args...)
+	return append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds(), perTenant, now, tpm, maxTokens}, args...)
 }
 
 // run runs one op of lane.lua for lane lk, under the lane's settings.
@@ -276,6 +278,10 @@ func (b *Backend) markDown(err error) {
 }
 
 // Lanes reports the lanes' global state (see limiter.Backend).
+// KeepsTokenBudgets reports true: lane.lua decides the token budgets with
+// the slot (limiter.TokenBackend).
+func (b *Backend) KeepsTokenBudgets() bool { return true }
+
 func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.SharedLane {
 	out := map[string]limiter.SharedLane{}
 	if isDown, _ := b.down(); isDown {
@@ -302,7 +308,7 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 			continue // not known in time: the limiter shows what it read last
 		}
 		r, _ := v.([]any)
-		if len(r) < 6 {
+		if len(r) < 8 {
 			continue
 		}
 		num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(r[i]), 10, 64); return n }
@@ -315,9 +321,16 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 		if oldest := fmt.Sprint(r[5]); oldest != "" {
 			s.OldestWait = time.Duration(now-num(5)) * time.Millisecond
 		}
-		for _, h := range r[6:] {
-			// "class|tenant|granted|charge|weight|process" (lane.lua, hc)
-			f := strings.SplitN(fmt.Sprint(h), "|", 6)
+		if lvl := fmt.Sprint(r[6]); lvl != "" {
+			n := num(6)
+			s.TokensRemaining = &n
+		}
+		if f, err := strconv.ParseFloat(fmt.Sprint(r[7]), 64); err == nil {
+			s.TokensInflight = int64(f)
+		}
+		for _, h := range r[8:] {
+			// "class|tenant|granted|charge|weight|estimate|cost|process" (lane.lua, hc)
+			f := strings.SplitN(fmt.Sprint(h), "|", 8)
 			s.Holders[f[len(f)-1]]++
 			s.Inflight++
 		}

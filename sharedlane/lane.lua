@@ -2,13 +2,16 @@
 --
 -- KEYS (one hash slot: every key carries the lane's {tag}):
 --   1 h   ZSET  holder id -> lease expiry (ms)
---   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|process"
+--   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|estimate|cost|process"
+--               (estimate and cost in tokens: what the call was estimated at, and
+--               what it is charged now, its use once settled)
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
---   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|process"
+--   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
 --   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
---               boot (the server's start, ms)
+--               boot (the server's start, ms), tl and ta (the token budget's level and
+--               when it was, ms), ti (the estimates of the calls holding slots)
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds per unit of weight),
 --               p:NAME the part of it charged to calls in flight, e:NAME the mean
 --               slot-time of its calls (s), i:NAME its slots held, est (the lane's
@@ -18,7 +21,16 @@
 -- waiting in class c; q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
 -- Tenant names never hold '@'.
 -- ARGV: op, channel, tag, ttl (ms), limit, reserve, aging step (ms), cap per tenant
--- (0: none), the time (ms; '' for Redis' own, always but in tests), then the op's.
+-- (0: none), the time (ms; '' for Redis' own, always but in tests), tokens per
+-- minute (0: no budget), the most tokens in flight (0: no bound), then the op's.
+--
+-- Token budgets (package limiter's Config.TokensPerMinute and MaxInflightTokens),
+-- decided with the slot: the budget is a token bucket of tokens_per_minute that
+-- refills continuously, kept in m. The first in line is granted only when the
+-- bucket holds its estimate and the estimates in flight leave room for it; a
+-- grant takes the estimate, a settlement (op settle) replaces it with the use.
+-- A waiter larger than the whole budget (a reload made it so) is granted once
+-- the bucket is full, rather than left to hold the line.
 --
 -- Order: effective class, then the tenant with the least service, then arrival,
 -- then id: package limiter's rules, on Redis' clock (see its documentation for
@@ -39,7 +51,8 @@ local Q = {KEYS[5], KEYS[6], KEYS[7]}
 local op, channel, tag = ARGV[1], ARGV[2], ARGV[3]
 local ttl, limit, reserve, step = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local cap = tonumber(ARGV[8])
-local A = 9 -- the op's arguments are ARGV[A + 1] on
+local tpm, maxtok = tonumber(ARGV[10]), tonumber(ARGV[11])
+local A = 11 -- the op's arguments are ARGV[A + 1] on
 if reserve > limit - 1 then reserve = limit - 1 end
 if reserve < 0 then reserve = 0 end
 local t = redis.call('TIME')
@@ -99,10 +112,41 @@ end
 
 local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
 
+-- The token budget. level returns the bucket's tokens refilled to now, or
+-- nil without a budget; a bucket turned on starts full, less what the calls
+-- in flight were estimated at.
+local function inflightTokens() return tonumber(redis.call('HGET', M, 'ti') or '') or 0 end
+local tokenLevel
+local function level()
+  if tpm <= 0 then return nil end
+  if tokenLevel == nil then
+    local r = redis.call('HMGET', M, 'tl', 'ta')
+    local l, at = tonumber(r[1] or ''), tonumber(r[2] or '')
+    if l == nil then l, at = tpm - inflightTokens(), now end
+    tokenLevel = math.min(tpm, l + tpm * math.max(0, now - at) / 60000)
+  end
+  return tokenLevel
+end
+local function setLevel(l)
+  tokenLevel = l
+  redis.call('HSET', M, 'tl', exact(l), 'ta', now)
+end
+local function tokensFit(cost)
+  local i = inflightTokens()
+  if maxtok > 0 and i > 0 and i + cost > maxtok then return false end
+  local l = level()
+  return l == nil or l + 1e-6 >= math.min(cost, tpm)
+end
+local function takeTokens(cost)
+  local l = level()
+  if l ~= nil then setLevel(l - cost) end
+  if cost ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', cost) end
+end
+
 local function unqueue(id)
   local v = redis.call('HGET', QC, id)
   if not v then return false end
-  local f = fields(v, 6)
+  local f = fields(v, 7)
   local c, tenant = tonumber(f[1]), f[4]
   redis.call('ZREM', Q[c + 1], id)
   redis.call('ZREM', tq(c, tenant), id)
@@ -122,8 +166,10 @@ local function unhold(id)
   redis.call('HDEL', HC, id)
   redis.call('HDEL', G, id)
   if v then
-    local f = fields(v, 6)
+    local f = fields(v, 8)
     local tenant, at, charge, w = f[2], tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
+    local est = tonumber(f[6]) or 0
+    if est ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', -est) end
     if charge then -- charged: settle
       local d = math.max(0, now - at) / 1000
       local vs, pending, e, le = share(tenant)
@@ -220,15 +266,18 @@ local function measured()
   return redis.call('HEXISTS', T, 'measured') == 1
 end
 
-local function hold(id, c, tenant, w, proc, expiry)
+local function hold(id, c, tenant, w, proc, expiry, cost)
   redis.call('ZADD', H, expiry or (now + ttl), id)
+  cost = cost or 0
+  takeTokens(cost)
+  local toks = '|' .. cost .. '|' .. cost .. '|'
   if measured() then
     local vs, pending, e = share(tenant)
     local charge = e / w
-    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. exact(charge) .. '|' .. exact(w) .. '|' .. proc)
+    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. exact(charge) .. '|' .. exact(w) .. toks .. proc)
     redis.call('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant)
   else
-    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-|' .. exact(w) .. '|' .. proc)
+    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-|' .. exact(w) .. toks .. proc)
     redis.call('HSET', T, 'last', tenant)
   end
   redis.call('HINCRBY', T, 'i:' .. tenant, 1)
@@ -251,12 +300,14 @@ local function dispatch()
       best = inter -- only an interactive call may take a reserved slot
       if best == nil then break end
     end
-    local f = fields(redis.call('HGET', QC, best.id), 6)
+    local f = fields(redis.call('HGET', QC, best.id), 7)
+    -- The first in line holds it while the budget has no room for it.
+    if not tokensFit(tonumber(f[6])) then break end
     -- The slot keeps the place's lease: a dead process's place granted
     -- just before it lapses lapses as a slot just as soon.
     local expiry = tonumber(redis.call('ZSCORE', QX, best.id))
     unqueue(best.id)
-    hold(best.id, best.c, f[4], tonumber(f[5]), f[6], expiry)
+    hold(best.id, best.c, f[4], tonumber(f[5]), f[7], expiry, tonumber(f[6]))
     redis.call('HSET', G, best.id, now)
     n = n + 1
     if best.c ~= 0 then others = others + 1 end
@@ -286,15 +337,15 @@ sweep()
 local out
 if op == 'acquire' then
   -- ARGV A+1 class, +2 age of the logical arrival (ms), +3 process, +4 lane key,
-  -- +5 id suffix, +6 tenant, +7 its weight
+  -- +5 id suffix, +6 tenant, +7 its weight, +8 its estimate (tokens)
   local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
-  local tenant, w = ARGV[A + 6], tonumber(ARGV[A + 7])
+  local tenant, w, cost = ARGV[A + 6], tonumber(ARGV[A + 7]), tonumber(ARGV[A + 8])
   redis.call('HSET', M, 'lane', ARGV[A + 4])
   if tenant ~= 'default' then redis.call('HSETNX', T, 'measured', 1) end
   local n, others = counts()
   local id = newid(ARGV[A + 5])
-  if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) then
-    hold(id, c, tenant, w, proc)
+  if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) and tokensFit(cost) then
+    hold(id, c, tenant, w, proc, nil, cost)
     out = {'granted', id, 0}
   else
     local at = now - age
@@ -305,7 +356,7 @@ if op == 'acquire' then
     redis.call('SADD', Q[c + 1] .. '@', tenant)
     redis.call('HINCRBY', T, 'n:' .. tenant, 1)
     redis.call('ZADD', QX, now + ttl, id)
-    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. proc)
+    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc)
     -- A newcomer can be served at once: an interactive call may take a
     -- slot the queued work may not, and an early arrival may rank first.
     for _, g in ipairs(dispatch()) do
@@ -337,7 +388,7 @@ elseif op == 'cancel' then
   if v then
     local c = tonumber(string.sub(v, 1, 1))
     local vs = function(w)
-      return num('v:' .. fields(redis.call('HGET', QC, w), 6)[4], 0)
+      return num('v:' .. fields(redis.call('HGET', QC, w), 7)[4], 0)
     end
     local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id)), vs = vs(id)}
     me.rank = math.max(0, c - math.max(0, math.floor((now - me.at) / step)))
@@ -360,6 +411,21 @@ elseif op == 'cancel' then
     out = 'granted'
   else
     out = 'gone'
+  end
+elseif op == 'settle' then
+  -- ARGV A+1 id, +2 the tokens its call used: replaces what its grant was
+  -- charged in the budget, at once (what it did not use comes back).
+  local id, used = ARGV[A + 1], tonumber(ARGV[A + 2])
+  local v = redis.call('HGET', HC, id)
+  if v then
+    local f = fields(v, 8)
+    local l = level()
+    if l ~= nil then setLevel(math.min(tpm, l - (used - (tonumber(f[7]) or 0)))) end
+    redis.call('HSET', HC, id, table.concat({f[1], f[2], f[3], f[4], f[5], f[6], used, f[8]}, '|'))
+    dispatch()
+    out = 1
+  else
+    out = 0
   end
 elseif op == 'take' then
   -- ARGV A+1 id: claim a grant.
@@ -408,8 +474,9 @@ elseif op == 'state' then
     local enq = tonumber(string.match(v, '^[^|]*|[^|]*|([^|]*)|'))
     if oldest == '' or enq < oldest then oldest = enq end
   end
+  local l = level()
   out = {tostring(now), redis.call('ZCARD', Q[1]), redis.call('ZCARD', Q[2]), redis.call('ZCARD', Q[3]),
-    redis.call('HGET', M, 'since') or '', tostring(oldest)}
+    redis.call('HGET', M, 'since') or '', tostring(oldest), l and tostring(math.floor(l)) or '', tostring(inflightTokens())}
   for _, v in ipairs(redis.call('HVALS', HC)) do out[#out + 1] = v end
 else
   return redis.error_reply('unknown op ' .. tostring(op))

@@ -37,6 +37,28 @@ type lease struct {
 
 func (l *lease) Lost() <-chan struct{} { return l.lost }
 
+// Settle replaces what the slot's grant was charged in the lane's token
+// budget, in Redis, with u (limiter.SettlingLease). A settlement that
+// cannot reach Redis is lost: the estimate stays charged, the safe side.
+// Off Redis (on the fallback lanes), the local slot settles.
+func (l *lease) Settle(u limiter.Usage) {
+	b := l.b
+	b.mu.Lock()
+	lk, id, local := l.lk, l.id, l.local
+	b.mu.Unlock()
+	if local != nil {
+		local.Settle(u)
+	}
+	if lk == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+	defer cancel()
+	if _, err := b.run(ctx, lk, "settle", id, max(0, u.Prompt)+max(0, u.Completion)); err != nil && !isScriptError(err) {
+		b.markDown(err)
+	}
+}
+
 // Release gives the slot back: in Redis, then on the fallback lanes.
 func (l *lease) Release() {
 	l.once.Do(func() {

@@ -323,9 +323,6 @@ func (c *Config) check() error {
 	if c.Limiter.DefaultMaxOutputTokens < 0 {
 		return keyErr("limiter.default_max_output_tokens", "is %d: want 0 (the default, %d) or more", c.Limiter.DefaultMaxOutputTokens, lanehttp.DefaultMaxOutputTokens)
 	}
-	if c.Shared != nil && (c.Limiter.TokensPerMinute > 0 || c.Limiter.MaxInflightTokens > 0) {
-		return keyErr("limiter.tokens_per_minute", "is set with shared lanes (shared:): token budgets are kept by each process's own lanes for now; unset tokens_per_minute and max_inflight_tokens, or the shared section")
-	}
 	src, err := parseTenantFrom(c.Limiter.Fairness.TenantFrom)
 	if err != nil {
 		return keyErr("limiter.fairness.tenant_from", "%v", err)

@@ -155,7 +155,6 @@ func TestTokenConfigRefused(t *testing.T) {
 		{"limiter: {max_inflight: 2, tokens_per_minute: -1}", "limiter.tokens_per_minute"},
 		{"limiter: {max_inflight: 2, max_inflight_tokens: -5}", "limiter.max_inflight_tokens"},
 		{"limiter: {max_inflight: 2, default_max_output_tokens: -1}", "limiter.default_max_output_tokens"},
-		{"limiter: {max_inflight: 2, tokens_per_minute: 1000}\nshared: {redis_url: redis://127.0.0.1:1}", "limiter.tokens_per_minute"},
 	} {
 		_, err := ParseConfig("lanes.yaml", []byte(c.yaml+"\nupstreams:\n  - {name: gw, base_url: http://127.0.0.1:1/v1}\n"))
 		var ce *ConfigError

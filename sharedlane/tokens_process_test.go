@@ -1,0 +1,62 @@
+package sharedlane
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/internal/gatewaysim"
+)
+
+// Two lanes-exporter processes share a lane's tokens_per_minute in a real
+// redis-server, against a gateway that limits tokens as OpenAI does, at the
+// same 6,000 a minute. Every call is estimated at 1,004 tokens (4 of prompt
+// and its max_tokens, 1,000), so the budget has room for five at once, and
+// the slots (16) for more: the budget is what bounds them. Counted at the
+// gateway: never more than five calls at once, though each process alone
+// would send five, and no 429.
+func TestTokenBudgetAcrossProcesses(t *testing.T) {
+	r := startRedis(t)
+	sim := gatewaysim.New(gatewaysim.Config{Capacity: 100, TokenTime: 20 * time.Millisecond, Tokens: 10, TokensPerMinute: 6000, Seed: 1})
+	gw := httptest.NewServer(sim)
+	defer gw.Close()
+	defer sim.Close()
+	var procs []*exporterProc
+	for _, name := range []string{"p1", "p2"} {
+		addr := freeAddr(t)
+		procs = append(procs, runExporter(t, name, addr, fmt.Sprintf(`listen: %s
+limiter: {max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0, tokens_per_minute: 6000}
+upstreams: [{name: gw, base_url: "%s/v1"}]
+shared: {redis_url: "%s", process: %s}
+`, addr, gw.URL, r.URL(), name)))
+	}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := client.Post("http://"+procs[i%2].addr+"/proxy/gw/chat/completions", "application/json",
+				strings.NewReader(`{"model":"protolabs/smart","messages":[{"role":"user","content":"abcd"}],"max_tokens":1000}`))
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Errorf("call %d: %d %s", i, res.StatusCode, b)
+			}
+		}()
+	}
+	wg.Wait()
+	st := sim.Stats()
+	if st.Completed != 40 || st.RateLimited != 0 || st.Peak > 5 {
+		t.Fatalf("gateway: %d completed, %d 429s, at most %d at once; want 40, none, at most 5 (the shared budget's room)", st.Completed, st.RateLimited, st.Peak)
+	}
+	t.Logf("gateway: peak %d at once, %d tokens used", st.Peak, st.TokensUsed)
+}
