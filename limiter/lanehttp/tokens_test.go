@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,10 +147,9 @@ func TestSettleCutStream(t *testing.T) {
 // provider's headers bound the next grants.
 func TestProviderHeaders(t *testing.T) {
 	r := newRig(t, on(4))
-	calls := 0
+	var calls atomic.Int32
 	r.answer(func(w http.ResponseWriter, _ *http.Request) {
-		calls++
-		if calls == 1 {
+		if calls.Add(1) == 1 {
 			w.Header().Set("retry-after-ms", "2500")
 			w.Header().Set("Retry-After", "3")
 			w.WriteHeader(http.StatusTooManyRequests)
