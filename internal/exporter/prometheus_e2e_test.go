@@ -211,8 +211,8 @@ scrape_configs:
 			}
 		}
 	}
-	if n != 9 {
-		t.Errorf("%d rules loaded, want 9", n)
+	if n != 10 {
+		t.Errorf("%d rules loaded, want 10", n)
 	}
 
 	// Prometheus stored an exemplar of the wait histogram whose trace id
