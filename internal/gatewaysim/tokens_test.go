@@ -5,33 +5,21 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
-
-// fakeNow is a clock the test moves.
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (f *fakeNow) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
-func (f *fakeNow) add(d time.Duration) {
-	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.mu.Unlock()
-}
 
 // A tokens-per-minute limit answers as OpenAI's does: every answer says
 // what remains, a request that does not fit gets a 429 with the time until
 // it would, and what a request did not use comes back when it ends.
 func TestTokensPerMinute(t *testing.T) {
-	clock := &fakeNow{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	c := fast()
 	c.TokensPerMinute = 600 // 10 tokens a second
 	g := New(c)
-	g.SetClock(clock.now)
+	g.SetClock(clock.Now)
 	srv := newServer(t, g)
 	// "abcdefgh": 2 prompt tokens; max_tokens 300: 302 reserved, 10 used.
 	body := `{"model":"m","messages":[{"role":"user","content":"abcdefgh"}],"max_tokens":300}`
@@ -47,7 +35,7 @@ func TestTokensPerMinute(t *testing.T) {
 		res.Header.Get("x-ratelimit-remaining-tokens") != "588" {
 		t.Fatalf("over the limit: %d %v: %s; want a 429 with Retry-After 1 (4 tokens in 0.4 s)", res.StatusCode, res.Header, b)
 	}
-	clock.add(400 * time.Millisecond)
+	clock.Advance(400 * time.Millisecond)
 	if res, b = postBody(t, srv, big); res.StatusCode != 200 {
 		t.Fatalf("after the Retry-After: %d %s", res.StatusCode, b)
 	}

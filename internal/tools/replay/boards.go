@@ -99,11 +99,5 @@ func (b Boards) Markdown(w io.Writer) {
 		})
 	}
 	p("\nThe goals set for fair shares, as they stand (`internal/tools/replay`'s tests check that the report is the same from run to run and that fair shares finish board B's panel sooner than no tenants; they do not hold these goals, which are not met):\n\n")
-	for _, g := range b.Goals() {
-		mark := "met"
-		if !g.Met {
-			mark = "**not met**"
-		}
-		p("- %s: %s (%s)\n", g.Text, mark, g.Figure)
-	}
+	goalList(w, b.Goals())
 }

@@ -122,6 +122,17 @@ type Goal struct {
 	Met          bool
 }
 
+// goalList writes goals as a Markdown list, each marked met or not.
+func goalList(w io.Writer, goals []Goal) {
+	for _, g := range goals {
+		mark := "met"
+		if !g.Met {
+			mark = "**not met**"
+		}
+		fmt.Fprintf(w, "- %s: %s (%s)\n", g.Text, mark, g.Figure)
+	}
+}
+
 // Goals checks the headline's goals on the incident's lanes run against
 // the no-limiter one.
 func Goals(noLimiter, lanes Report) []Goal {
@@ -154,13 +165,7 @@ func (b Bundle) Markdown(w io.Writer) {
 	p("\n## The incident\n\n")
 	Table(w, b.Incident)
 	p("\nThe headline's goals, with the ADR's settings (checked by `internal/tools/replay`'s tests):\n\n")
-	for _, g := range Goals(b.Incident[0], b.Incident[1]) {
-		mark := "met"
-		if !g.Met {
-			mark = "**not met**"
-		}
-		p("- %s: %s (%s)\n", g.Text, mark, g.Figure)
-	}
+	goalList(w, Goals(b.Incident[0], b.Incident[1]))
 	p("\n%s", mdIncident)
 	for _, r := range b.Incident {
 		p("![%s: timeline](%s)\n", r.Scenario, SVGName(r))

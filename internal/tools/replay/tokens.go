@@ -144,11 +144,5 @@ func (t TokenRuns) Markdown(w io.Writer) {
 	}
 	row("retries the clients sent", func(r Report) string { return fmt.Sprint(r.Retries) })
 	p("\nThe goals (`internal/tools/replay`'s TestTokenLimit holds them, and checks that the report is the same from run to run):\n\n")
-	for _, g := range t.Goals() {
-		mark := "met"
-		if !g.Met {
-			mark = "**not met**"
-		}
-		p("- %s: %s (%s)\n", g.Text, mark, g.Figure)
-	}
+	goalList(w, t.Goals())
 }
