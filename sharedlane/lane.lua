@@ -131,7 +131,12 @@ local function setLevel(l)
   tokenLevel = l
   redis.call('HSET', M, 'tl', exact(l), 'ta', now)
 end
+-- budgeted: a lane with no budget reads and keeps nothing of tokens (a
+-- holder's estimate is kept as 0), so that it costs no more than before;
+-- a budget a reload turns on counts the calls granted from then on.
+local budgeted = tpm > 0 or maxtok > 0
 local function tokensFit(cost)
+  if not budgeted then return true end
   local i = inflightTokens()
   if maxtok > 0 and i > 0 and i + cost > maxtok then return false end
   local l = level()
@@ -268,7 +273,7 @@ end
 
 local function hold(id, c, tenant, w, proc, expiry, cost)
   redis.call('ZADD', H, expiry or (now + ttl), id)
-  cost = cost or 0
+  cost = budgeted and cost or 0
   takeTokens(cost)
   local toks = '|' .. cost .. '|' .. cost .. '|'
   if measured() then
