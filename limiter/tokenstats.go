@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"math"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
@@ -114,7 +115,7 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 	s.Used5m = TokenCounts{Prompt: u5.Prompt, Completion: u5.Completion}
 	if est > 0 {
 		e := float64(u5.Total()-est) / float64(est)
-		e = float64(int64(e*1000+0.5*sign(e))) / 1000
+		e = math.Round(e*1000) / 1000
 		s.EstimateError5m = &e
 	}
 	if b := tk.bucket; b.on {
@@ -155,13 +156,6 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 	return s
 }
 
-func sign(x float64) float64 {
-	if x < 0 {
-		return -1
-	}
-	return 1
-}
-
 func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
 	if !m.active(ns) {
 		return nil
@@ -169,11 +163,14 @@ func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
 	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(m.until-ns) / 1e9)}
 }
 
-// tokensFitPeekLocked is tokensFitLocked on a copy of the bucket, for
-// readings: it changes nothing.
+// tokensFitPeekLocked is tokensFitLocked for readings: it puts back
+// everything the look moves (the bucket's refill, the time of the look, a
+// hold or a provider budget found past its end), so that reading changes
+// nothing.
 func (l *lane) tokensFitPeekLocked(cfg *Config, cost int64, ns int64) (bool, string, int64) {
-	saved := l.tok.bucket
+	tk := l.tok
+	bucket, at, hold, pt, pr := tk.bucket, tk.at, tk.hold, tk.provTokens, tk.provRequests
 	ok, why, wake := l.tokensFitLocked(cfg, cost, ns)
-	l.tok.bucket = saved
+	tk.bucket, tk.at, tk.hold, tk.provTokens, tk.provRequests = bucket, at, hold, pt, pr
 	return ok, why, wake
 }
