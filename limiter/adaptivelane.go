@@ -24,11 +24,12 @@ type Adaptive = adaptive.Settings
 type FirstByte = adaptive.FirstByte
 
 // RecordFirstByte reports the first byte of an attempt in lane key, for
-// the adaptive limit (see Adaptive); without one it does nothing. Like
+// the adaptive limit (see Adaptive) and a cold lane (Config.ColdStart);
+// without either it does nothing. Like
 // RecordExchange it never creates a lane.
 func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	cfg := l.cfg.Load()
-	if cfg.MaxInflight == 0 || cfg.Adaptive == nil {
+	if cfg.MaxInflight == 0 || (cfg.Adaptive == nil && !cfg.ColdStart) {
 		return
 	}
 	ln := l.lockedLane(key)
@@ -36,6 +37,10 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 		return
 	}
 	defer ln.mu.Unlock()
+	ln.warmLocked()
+	if cfg.Adaptive == nil {
+		return
+	}
 	ln.adaptLocked(cfg)
 	eff := ln.effLocked(cfg)
 	// Using its slots when the first byte came: every one held, or calls
@@ -69,18 +74,23 @@ func (l *lane) adaptLocked(cfg *Config) {
 
 // effLocked returns the settings lane l decides with: cfg itself, or with
 // an adaptive limit, cfg with MaxInflight set to the lane's current limit
-// (Reserve then clamps the reserve to it). It changes nothing but the
+// (Reserve then clamps the reserve to it), or 1 while the lane is cold
+// (Config.ColdStart). It changes nothing but the
 // lane's copy of the result (l.eff), which is valid while the lane's lock
 // is held: a caller that goes on without the lock copies it. A lane whose
 // controller cfg would replace (a reload the lane has not seen yet)
 // decides with a new one's limit, the floor.
 func (l *lane) effLocked(cfg *Config) *Config {
-	if cfg.Adaptive == nil {
+	if cfg.Adaptive == nil && !l.cold {
 		return cfg
 	}
-	limit := max(1, cfg.Adaptive.MinInflight)
-	if l.adapt != nil && l.adapt.Settings() == *cfg.Adaptive {
+	limit := 1 // a cold lane's (Config.ColdStart)
+	switch {
+	case l.cold:
+	case l.adapt != nil && l.adapt.Settings() == *cfg.Adaptive:
 		limit = l.adapt.Limit()
+	default:
+		limit = max(1, cfg.Adaptive.MinInflight)
 	}
 	l.eff = *cfg
 	l.eff.MaxInflight = min(limit, cfg.MaxInflight)
@@ -151,4 +161,15 @@ func adaptiveState(st adaptive.State) *AdaptiveState {
 // grant or a release.
 func (l *lane) noteLoadLocked() {
 	l.adapt.Load(l.lim.clock.Now(), l.inflight)
+}
+
+// warmLocked ends the lane's cold start (Config.ColdStart): it has heard
+// from its gateway, and grants up to its limit from now.
+func (l *lane) warmLocked() {
+	if l.cold {
+		l.cold = false
+		if l.q.n > 0 {
+			l.dispatchLocked(l.lim.clock.Now())
+		}
+	}
 }

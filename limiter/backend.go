@@ -82,6 +82,9 @@ type SharedLane struct {
 	// TokensInflight the estimates of the calls holding its slots.
 	TokensRemaining *int64
 	TokensInflight  int64
+	// Provider is what the provider's rate-limit headers last said of the
+	// lane, as its store keeps it; nil if nothing.
+	Provider *ProviderSnapshot
 }
 
 // A TokenBackend is a Backend that keeps the token budgets of
@@ -99,6 +102,14 @@ type TokenBackend interface {
 type SettlingLease interface {
 	Lease
 	Settle(u Usage)
+}
+
+// A LimitsLease is a Lease whose Backend follows a provider's rate-limit
+// headers for the whole lane: RecordLimits reports what the answer of its
+// call said (see Limiter.RecordLimits).
+type LimitsLease interface {
+	Lease
+	RecordLimits(pl ProviderLimits)
 }
 
 // Backend states, as SharedLane.State and the snapshot show them.
@@ -296,10 +307,14 @@ func (l *Limiter) mergeShared(lanes []LaneSnapshot, now time.Time) {
 			continue
 		}
 		s.Inflight, s.QueuedByPriority = g.Inflight, g.QueuedByPriority
-		if g.TokensRemaining != nil || g.TokensInflight != 0 {
+		if g.TokensRemaining != nil || g.TokensInflight != 0 || g.Provider != nil {
 			cfg := l.cfg.Load()
 			s.Tokens = &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens,
-				Inflight: g.TokensInflight, Remaining: g.TokensRemaining}
+				Inflight: g.TokensInflight, Remaining: g.TokensRemaining, Provider: g.Provider}
+			if s.Tokens.Remaining == nil && g.Provider != nil && g.Provider.Tokens != nil {
+				r := g.Provider.Tokens.Remaining
+				s.Tokens.Remaining = &r
+			}
 		}
 		s.Queued = g.QueuedByPriority.Interactive + g.QueuedByPriority.Default + g.QueuedByPriority.Bulk
 		s.OldestWait = seconds((g.OldestWait + wall.Sub(g.at)*time.Duration(boolInt(s.Queued > 0))).Seconds())

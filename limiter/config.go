@@ -78,6 +78,17 @@ type Config struct {
 	// holds), beside MaxInflight. A call always fits an empty lane.
 	MaxInflightTokens int64
 
+	// ColdStart makes every new lane grant one call at a time until it
+	// has heard from its gateway: the first answer's rate-limit headers
+	// (RecordLimits), its first byte (RecordFirstByte) or the end of the
+	// first call, whichever comes first. A lane that follows the
+	// provider's headers with no budget otherwise sends its first
+	// MaxInflight calls blind, and those past the provider's minute are
+	// answered 429. It costs each new lane one answer's first byte. With
+	// a Backend it is refused (the lane is new to every process at a
+	// different time).
+	ColdStart bool
+
 	// Adaptive, when set, makes each lane's limit move between
 	// Adaptive.MinInflight and MaxInflight (see Adaptive). nil: MaxInflight
 	// is the limit.

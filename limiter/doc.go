@@ -69,9 +69,11 @@
 // line holds it: smaller calls behind it do not pass). Slot.Settle
 // replaces the estimate with what the call used, at once. A call estimated
 // above a whole budget is refused with a *TokenBudgetError. RecordLimits
-// reports what a provider's rate-limit headers said: until their reset
-// the lane grants no more than they say remains (less what it has granted
-// since the provider counted), and a 429's Retry-After holds its grants.
+// reports what a provider's rate-limit headers said: the lane grants no
+// more than they say remains (less what it has granted since the provider
+// counted), refilling towards the limit until that bucket is whole, and a
+// 429's Retry-After holds its grants. Config.ColdStart makes a new lane
+// grant one call until it has heard from its gateway.
 // A lane whose calls carry estimates and no budget binds reads no clock
 // for them.
 //

@@ -53,10 +53,13 @@ type lane struct {
 	adapt     *adaptive.Controller
 	drainFrom int
 	eff       Config
-	seq       uint64
-	since     time.Time // when the queue last became non-empty: saturation
-	busyAt    time.Time // while the queue is non-empty: busy time counted up to here
-	stats     stats.Window
+	// cold is set while a lane made under Config.ColdStart has not heard
+	// from its gateway: it grants one call at a time (effLocked).
+	cold   bool
+	seq    uint64
+	since  time.Time // when the queue last became non-empty: saturation
+	busyAt time.Time // while the queue is non-empty: busy time counted up to here
+	stats  stats.Window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
@@ -101,6 +104,7 @@ func newLane(lim *Limiter, key string, cfg *Config) *lane {
 	l.tenants.est = initialSlotTime
 	l.touchLocked(lim.clock.Now())
 	l.adaptLocked(cfg)
+	l.cold = cfg.ColdStart
 	return l
 }
 
@@ -501,6 +505,7 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	h.gen++
 	p, lease := h.prio, h.lease
 	h.lease = nil
+	l.cold = false // a call has ended: the lane has heard from its gateway
 	l.settleLocked(l.lim.cfg.Load(), h)
 	if l.tok != nil {
 		l.releaseTokensLocked(h)
@@ -528,11 +533,12 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	cfg = l.effLocked(cfg)
 	s := LaneSnapshot{
-		Lane:     l.key,
-		Limit:    cfg.MaxInflight,
-		Reserve:  cfg.Reserve(),
-		Inflight: l.inflight,
-		Queued:   l.q.n,
+		Lane:      l.key,
+		Limit:     cfg.MaxInflight,
+		Reserve:   cfg.Reserve(),
+		Inflight:  l.inflight,
+		Queued:    l.q.n,
+		ColdStart: l.cold,
 		QueuedByPriority: QueuedByPriority{
 			Interactive: l.q.byClass[Interactive.Index()],
 			Default:     l.q.byClass[Default.Index()],

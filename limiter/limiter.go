@@ -102,6 +102,7 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		ln.adaptLocked(&cfg)
 		ln.recapLocked(&cfg)
 		ln.rebudgetLocked(&cfg)
+		ln.cold = ln.cold && cfg.ColdStart
 		if ln.q.n > 0 {
 			ln.dispatchLocked(l.clock.Now())
 		}
@@ -149,7 +150,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		return Slot{}, err
 	}
 	cfg = l.cfg.Load() // decide under the lock with the settings in force now
-	if cfg.Adaptive != nil || ln.adapt != nil {
+	if cfg.Adaptive != nil || ln.adapt != nil || ln.cold {
 		ln.adaptLocked(cfg)
 		cfg = ln.effLocked(cfg)
 		ln.settleDrainLocked(cfg)

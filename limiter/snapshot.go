@@ -50,6 +50,9 @@ type LaneSnapshot struct {
 	// Saturated are the lane's global figures, and Shared gives this
 	// process's share and who holds the slots. An extra key.
 	Shared *Shared `json:"shared,omitempty"`
+	// ColdStart is true while the lane, made under Config.ColdStart, has
+	// not heard from its gateway: Limit is 1 until it does. An extra key.
+	ColdStart bool `json:"cold_start,omitempty"`
 	// Tenants is the lane's share per tenant, busiest first (by queued,
 	// then in flight): the first SnapshotTenantsShown, then the rest summed
 	// as OtherTenant. nil (and the key left out) while the lane has seen

@@ -75,6 +75,10 @@ type ProviderLimits struct {
 	// answer carried the headers was sent (zero: now). The lane's grants
 	// since then are not in the count, and are taken from it.
 	At time.Time
+	// Slot is that call's slot, if known. With a Backend the report goes
+	// to its lease (a LimitsLease), which knows when it was granted on
+	// the store's clock; without one it is not needed.
+	Slot Slot
 }
 
 // ProviderBudget is one budget the provider announced.
@@ -116,8 +120,12 @@ func (b *bucket) refill(now int64) {
 }
 
 // mirror is a budget as the provider last announced it: Remaining at at,
-// refilling at rate (per ns) towards limit until its reset. Past the reset
-// it says nothing until the next answer.
+// refilling at rate (per ns) towards limit, so that it is whole at the
+// reset the provider announced, less what the lane granted since. It binds
+// until its reset, and past it until it has refilled to the limit: a lane
+// that forgot the grants it made since the count would send a burst the
+// provider has no room for. A budget with no limit or no rate stops
+// binding at its reset.
 type mirror struct {
 	on           bool
 	level, limit float64
@@ -137,12 +145,14 @@ func (m *mirror) set(b ProviderBudget, at, now int64, since float64) {
 	}
 }
 
-func (m *mirror) active(now int64) bool { return m.on && now < m.until }
+func (m *mirror) active(now int64) bool {
+	return m.on && (now < m.until || (m.rate > 0 && m.levelAt(now)+tokenEps < m.limit))
+}
 
-// expire forgets the budget once past its reset, so that a lane it no
-// longer binds reads no clock for it (see laneTokens.binds).
+// expire forgets the budget once it no longer binds, so that the lane
+// reads no clock for it (see laneTokens.binds).
 func (m *mirror) expire(now int64) {
-	if m.on && now >= m.until {
+	if m.on && !m.active(now) {
 		m.on = false
 	}
 }
@@ -171,7 +181,10 @@ func (m *mirror) fits(cost float64, now int64) (bool, int64) {
 	if v+tokenEps >= cost {
 		return true, 0
 	}
-	wake := m.until
+	wake := int64(math.MaxInt64) // active: before the reset, or refilling
+	if now < m.until {
+		wake = m.until
+	}
 	if m.rate > 0 {
 		wake = min(wake, now+int64(math.Ceil((cost-v)/m.rate)))
 	}
@@ -218,11 +231,13 @@ type laneTokens struct {
 // way, at any rate a provider's budget allows.
 const recentGrants = 64
 
-// grantedSince returns the estimates and the number of the grants after at
-// (ns) that the lane remembers.
+// grantedSince returns the estimates and the number of the grants at or
+// after at (ns) that the lane remembers. At, not only after: the calls of
+// one dispatch share its time, and the call that carried the count was
+// sent after its own grant.
 func (tk *laneTokens) grantedSince(at int64) (tokens, calls float64) {
 	for _, g := range tk.recent {
-		if g.at > at {
+		if g.at >= at {
 			tokens += float64(g.est)
 			calls++
 		}
@@ -402,14 +417,24 @@ func (l *lane) releaseTokensLocked(h *hold) {
 }
 
 // RecordLimits reports what the rate-limit headers of an answer in lane key
-// said (see ProviderLimits). Until the reset they announce, the lane
-// grants no more than they say remains, less what it has granted since,
-// even with no budget configured; a RetryAfter holds its grants until it
-// has passed. Like RecordExchange it never creates a lane. With a Backend
-// it does nothing (the provider's word is not shared across processes).
+// said (see ProviderLimits). The lane grants no more than they say
+// remains, less what it has granted since, refilling towards the limit so
+// as to be whole at the reset they announce (and past it, until it is
+// whole), even with no budget configured; a RetryAfter holds its grants
+// until it has passed (at most MaxRetryAfterHold). Like RecordExchange it
+// never creates a lane. With a Backend it goes to pl.Slot's lease, if that
+// is a LimitsLease (the provider's word then binds the lane in every
+// process), and does nothing otherwise.
 func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits) {
 	cfg := l.cfg.Load()
-	if cfg.MaxInflight == 0 || l.backend != nil || (!pl.Tokens.Known && !pl.Requests.Known && pl.RetryAfter <= 0) {
+	if cfg.MaxInflight == 0 || (!pl.Tokens.Known && !pl.Requests.Known && pl.RetryAfter <= 0) {
+		return
+	}
+	pl.RetryAfter = min(pl.RetryAfter, MaxRetryAfterHold)
+	if l.backend != nil {
+		if ll, ok := pl.Slot.lease().(LimitsLease); ok {
+			ll.RecordLimits(pl)
+		}
 		return
 	}
 	ln := l.lockedLane(key)
@@ -417,6 +442,7 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 		return
 	}
 	defer ln.mu.Unlock()
+	ln.cold = false // warmed here: the dispatch below grants with the provider's word
 	tk := ln.tokensLocked(cfg)
 	now := l.clock.Now()
 	ns := ln.ns(now)
@@ -428,7 +454,7 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	tokens, calls := tk.grantedSince(at)
 	tk.provTokens.set(pl.Tokens, at, ns, tokens)
 	tk.provRequests.set(pl.Requests, at, ns, calls)
-	if d := min(pl.RetryAfter, MaxRetryAfterHold); d > 0 {
+	if d := pl.RetryAfter; d > 0 {
 		tk.hold = max(tk.hold, ns+int64(d))
 	}
 	ln.touchLocked(now)
@@ -510,11 +536,7 @@ func (s *Slot) Settle(u Usage) {
 	}
 	if h.lane.lim.backend != nil {
 		// A shared lane's budget is its Backend's.
-		h.lane.mu.Lock()
-		lease, ok := h.lease.(SettlingLease)
-		live := h.gen == s.gen
-		h.lane.mu.Unlock()
-		if ok && live {
+		if lease, ok := s.lease().(SettlingLease); ok {
 			lease.Settle(u)
 		}
 		return
@@ -522,12 +544,30 @@ func (s *Slot) Settle(u Usage) {
 	h.lane.settleTokens(h, s.gen, u)
 }
 
-// checkBackend refuses token budgets with a Backend: its lanes' budgets
-// would have to be decided in its store, with the slot, and no Backend
-// does that yet.
+// lease returns the Backend's lease of the slot while it is held, nil
+// otherwise.
+func (s *Slot) lease() Lease {
+	h := s.h
+	if h == nil {
+		return nil
+	}
+	h.lane.mu.Lock()
+	defer h.lane.mu.Unlock()
+	if h.gen != s.gen {
+		return nil
+	}
+	return h.lease
+}
+
+// checkBackend refuses token budgets with a Backend that does not keep
+// them (its lanes' budgets must be decided in its store, with the slot),
+// and a cold start with any Backend.
 func (l *Limiter) checkBackend(cfg *Config) error {
 	if tb, ok := l.backend.(TokenBackend); l.backend != nil && cfg.budgeted() && !(ok && tb.KeepsTokenBudgets()) {
 		return &SettingError{Setting: "tokens_per_minute", Problem: "is set with a Backend that keeps no token budgets (not a TokenBackend); unset tokens_per_minute and max_inflight_tokens"}
+	}
+	if l.backend != nil && cfg.ColdStart {
+		return &SettingError{Setting: "cold_start", Problem: "is set with a Backend: a shared lane is new to each process at a different time; unset cold_start"}
 	}
 	return nil
 }

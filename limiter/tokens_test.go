@@ -213,12 +213,22 @@ func TestTokensFollowProvider(t *testing.T) {
 	h.clock.Advance(17900 * time.Millisecond)
 	h.noneEnded()
 	h.clock.Advance(200 * time.Millisecond)
-	h.expectGrant("b").Release()
+	h.expectGrant("b").Release() // at 18 s, the bucket empty
 	a.Release()
-	// Past the reset the headers bound nothing.
-	h.clock.Advance(30 * time.Second)
+	// Past the reset (30 s) the lane keeps the provider's bucket as the
+	// headers described it, refilling at 500 tokens in 30 s: it took 800
+	// from 500, so it is whole at 78 s, not at the reset.
+	h.clock.Advance(59800 * time.Millisecond) // 77.9 s
+	h.queue(costing(1000), "L", "c", limiter.Default)
+	if w := h.lane("L").Tokens.WaitingFor["default"]; w != limiter.WaitProvider {
+		t.Fatalf("past the reset, c waits for %q, want %q", w, limiter.WaitProvider)
+	}
+	h.clock.Advance(100 * time.Millisecond)
+	h.expectGrant("c").Release()
+	// Whole again 60 s after c took it all: then the headers bound nothing.
+	h.clock.Advance(time.Minute)
 	for i := range 3 {
-		h.takeCost("c"+string(rune('0'+i)), limiter.Default, 900).Release()
+		h.takeCost("d"+string(rune('0'+i)), limiter.Default, 900).Release()
 	}
 	first.Release()
 }

@@ -160,7 +160,7 @@ func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
 	if !m.active(ns) {
 		return nil
 	}
-	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(m.until-ns) / 1e9)}
+	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(max(0, m.until-ns)) / 1e9)}
 }
 
 // tokensFitPeekLocked is tokensFitLocked for readings: it puts back

@@ -308,7 +308,7 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 			continue // not known in time: the limiter shows what it read last
 		}
 		r, _ := v.([]any)
-		if len(r) < 8 {
+		if len(r) < 16 {
 			continue
 		}
 		num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(r[i]), 10, 64); return n }
@@ -328,15 +328,35 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 		if f, err := strconv.ParseFloat(fmt.Sprint(r[7]), 64); err == nil {
 			s.TokensInflight = int64(f)
 		}
-		for _, h := range r[8:] {
-			// "class|tenant|granted|charge|weight|estimate|cost|process" (lane.lua, hc)
-			f := strings.SplitN(fmt.Sprint(h), "|", 8)
+		s.Provider = providerOf(r[8:16])
+		for _, h := range r[16:] {
+			// "class|tenant|granted|charge|weight|estimate|cost|call|grant|process" (lane.lua, hc)
+			f := strings.SplitN(fmt.Sprint(h), "|", 10)
 			s.Holders[f[len(f)-1]]++
 			s.Inflight++
 		}
 		out[k] = s
 	}
 	return out
+}
+
+// providerOf reads the provider's word from the state op's fields (see
+// lane.lua): tokens and requests (remaining, limit, reset in ms), the
+// hold left (ms) and the age (ms, empty if never said).
+func providerOf(r []any) *limiter.ProviderSnapshot {
+	str := func(i int) string { return fmt.Sprint(r[i]) }
+	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
+	if str(7) == "" {
+		return nil
+	}
+	budget := func(i int) *limiter.ProviderBudgetSnapshot {
+		if str(i) == "" {
+			return nil
+		}
+		return &limiter.ProviderBudgetSnapshot{Remaining: num(i), Limit: num(i + 1), Reset: limiter.Seconds(float64(num(i+2)) / 1e3)}
+	}
+	return &limiter.ProviderSnapshot{Age: limiter.Seconds(float64(num(7)) / 1e3), Tokens: budget(0), Requests: budget(3),
+		RetryAfter: limiter.Seconds(float64(num(6)) / 1e3)}
 }
 
 // isScriptError reports an error Redis answered (a bug), as opposed to one

@@ -2,21 +2,27 @@
 --
 -- KEYS (one hash slot: every key carries the lane's {tag}):
 --   1 h   ZSET  holder id -> lease expiry (ms)
---   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|estimate|cost|process"
---               (estimate and cost in tokens: what the call was estimated at, and
---               what it is charged now, its use once settled)
+--   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|estimate|cost|call|
+--               grant|process": charge is its tenant's ('-': none; 't' first: in
+--               tokens); estimate and cost are what the token budget was charged at
+--               the grant and now (0 without a budget); call is the call's own
+--               estimate, its use once settled ('' if it carried none); grant is
+--               the lane's grant count at its grant (see op limits)
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
 --   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
 --   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
 --               boot (the server's start, ms), tl and ta (the token budget's level and
---               when it was, ms), ti (the estimates of the calls holding slots)
---   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds per unit of weight),
---               p:NAME the part of it charged to calls in flight, e:NAME the mean
---               slot-time of its calls (s), i:NAME its slots held, est (the lane's
---               mean slot-time), last (the tenant granted last), measured (a call
---               has named a tenant: grants are charged from then on)
+--               when it was, ms), ti (the estimates of the calls holding slots), pv
+--               (the provider's word, op limits: see provider)
+--   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds, or tokens, per
+--               unit of weight), p:NAME the part of it charged to calls in flight,
+--               e:NAME the mean slot-time of its calls (s), i:NAME its slots held, est
+--               (the lane's mean slot-time), last (the tenant granted last), measured
+--               (a call has named a tenant: grants are charged from then on), tok (a
+--               call carried a token estimate: service is counted in tokens from
+--               then on, as in package limiter) and pc (the mean tokens of a call)
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
 -- waiting in class c; q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
 -- Tenant names never hold '@'.
@@ -30,7 +36,8 @@
 -- bucket holds its estimate and the estimates in flight leave room for it; a
 -- grant takes the estimate, a settlement (op settle) replaces it with the use.
 -- A waiter larger than the whole budget (a reload made it so) is granted once
--- the bucket is full, rather than left to hold the line.
+-- the bucket is full, rather than left to hold the line. The provider's word
+-- (op limits, see provider) binds with the budget, with or without one.
 --
 -- Order: effective class, then the tenant with the least service, then arrival,
 -- then id: package limiter's rules, on Redis' clock (see its documentation for
@@ -82,10 +89,17 @@ local function queued()
 end
 
 -- fields splits a "a|b|...|rest" value into n fields, the last taking the rest.
+-- A value with fewer (an older version's, in a rolling upgrade) leaves the
+-- fields past its own empty.
 local function fields(v, n)
   local out, from = {}, 1
   for i = 1, n - 1 do
     local j = string.find(v, '|', from, true)
+    if not j then
+      out[i] = string.sub(v, from)
+      for k = i + 1, n do out[k] = '' end
+      return out
+    end
     out[i] = string.sub(v, from, j - 1)
     from = j + 1
   end
@@ -112,6 +126,25 @@ end
 
 local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
 
+-- tokens reports whether the lane's service is counted in tokens (see t's
+-- tok); toTokens turns it so at the first grant with an estimate, of call:
+-- every tenant's service starts again from 0 (slot-time and tokens do not
+-- compare), and a call with no estimate is charged the mean (pc).
+local inTokens
+local function tokens()
+  if inTokens == nil then inTokens = redis.call('HEXISTS', T, 'tok') == 1 end
+  return inTokens
+end
+local function toTokens(call)
+  inTokens = true
+  local sets = {'tok', 1, 'pc', call}
+  for _, k in ipairs(redis.call('HKEYS', T)) do
+    local p = string.sub(k, 1, 2)
+    if p == 'v:' or p == 'p:' then sets[#sets + 1], sets[#sets + 2] = k, 0 end
+  end
+  redis.call('HSET', T, unpack(sets))
+end
+
 -- The token budget. level returns the bucket's tokens refilled to now, or
 -- nil without a budget; a bucket turned on starts full, less what the calls
 -- in flight were estimated at.
@@ -131,18 +164,92 @@ local function setLevel(l)
   tokenLevel = l
   redis.call('HSET', M, 'tl', exact(l), 'ta', now)
 end
+-- The provider's word (op limits): what the rate-limit headers of an answer
+-- said of the lane's budgets at the provider, whichever process's call it
+-- was, kept in m's field pv as "tokens|requests|hold|said". Each budget is
+-- a mirror, "level|at|limit|rate|until" (tokens, ms, tokens per ms; all
+-- empty when not said): the level as of at, refilling at rate towards the
+-- limit, so as to be whole at the reset (until), less what the lane granted
+-- since. It binds until the reset, and past it until it has refilled to
+-- the limit (package limiter's rules). hold is when a 429's Retry-After
+-- ends. A lane whose answers carry no headers reads one field per script.
+local prov, provRead
+local function mirrorOf(f, i)
+  if f[i] == '' then return nil end
+  return {l = tonumber(f[i]), a = tonumber(f[i + 1]), m = tonumber(f[i + 2]), r = tonumber(f[i + 3]), u = tonumber(f[i + 4])}
+end
+local function mlevel(x)
+  local v = x.l + x.r * (now - x.a)
+  if x.m > 0 and v > x.m then v = x.m end
+  return v
+end
+local function mactive(x)
+  return x ~= nil and (now < x.u or (x.r > 0 and mlevel(x) + 1e-6 < x.m))
+end
+local function mirrorStr(x)
+  if x == nil then return '||||' end
+  return exact(x.l) .. '|' .. x.a .. '|' .. x.m .. '|' .. exact(x.r) .. '|' .. x.u
+end
+local function saveProvider()
+  local p = prov
+  if not mactive(p.t) then p.t = nil end
+  if not mactive(p.q) then p.q = nil end
+  if p.t == nil and p.q == nil and now >= p.hold then
+    redis.call('HDEL', M, 'pv')
+    prov = nil
+  else
+    redis.call('HSET', M, 'pv', mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said)
+  end
+end
+-- provider returns the provider's word, or nil when nothing of it binds.
+local function provider()
+  if not provRead then
+    provRead = true
+    local v = redis.call('HGET', M, 'pv')
+    if v then
+      local f = fields(v, 12)
+      prov = {t = mirrorOf(f, 1), q = mirrorOf(f, 6), hold = tonumber(f[11]), said = tonumber(f[12])}
+      if not mactive(prov.t) and not mactive(prov.q) and now >= prov.hold then
+        saveProvider() -- it binds nothing any more: forget it
+      end
+    end
+  end
+  return prov
+end
+-- provFits reports whether the provider's word lets a call of cost be
+-- granted now; one larger than the provider's whole limit fits once the
+-- budget is whole.
+local function provFits(cost)
+  local p = provider()
+  if p == nil then return true end
+  if now < p.hold then return false end
+  if mactive(p.t) and mlevel(p.t) + 1e-6 < (p.t.m > 0 and math.min(cost, p.t.m) or cost) then return false end
+  if mactive(p.q) and mlevel(p.q) + 1e-6 < 1 then return false end
+  return true
+end
+local function provTake(cost)
+  local p = provider()
+  if p == nil then return end
+  for _, x in ipairs({{p.t, cost}, {p.q, 1}}) do
+    if mactive(x[1]) then x[1].l, x[1].a = mlevel(x[1]) - x[2], now end
+  end
+  saveProvider()
+end
+
 -- budgeted: a lane with no budget reads and keeps nothing of tokens (a
 -- holder's estimate is kept as 0), so that it costs no more than before;
 -- a budget a reload turns on counts the calls granted from then on.
 local budgeted = tpm > 0 or maxtok > 0
 local function tokensFit(cost)
+  if not provFits(cost) then return false end
   if not budgeted then return true end
   local i = inflightTokens()
   if maxtok > 0 and i > 0 and i + cost > maxtok then return false end
   local l = level()
   return l == nil or l + 1e-6 >= math.min(cost, tpm)
 end
-local function takeTokens(cost)
+local function takeTokens(call, cost)
+  provTake(call)
   local l = level()
   if l ~= nil then setLevel(l - cost) end
   if cost ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', cost) end
@@ -171,15 +278,34 @@ local function unhold(id)
   redis.call('HDEL', HC, id)
   redis.call('HDEL', G, id)
   if v then
-    local f = fields(v, 8)
-    local tenant, at, charge, w = f[2], tonumber(f[3]), tonumber(f[4]), tonumber(f[5])
+    local f = fields(v, 10)
+    local tenant, at, cf, w = f[2], tonumber(f[3]), f[4], tonumber(f[5])
     local est = tonumber(f[6]) or 0
     if est ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', -est) end
-    if charge then -- charged: settle
+    if cf ~= '-' then -- charged: settle
       local d = math.max(0, now - at) / 1000
       local vs, pending, e, le = share(tenant)
-      redis.call('HSET', T, 'v:' .. tenant, exact(vs + d / w - charge), 'p:' .. tenant, exact(pending - charge),
-        'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8))
+      local inTok = string.sub(cf, 1, 1) == 't'
+      local charge = tonumber(inTok and string.sub(cf, 2) or cf)
+      local sets = {'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8)}
+      if inTok ~= tokens() then
+        -- Charged in slot-time before the lane turned to tokens, which
+        -- started every tenant's service again: nothing to settle.
+      else
+        local used = d
+        if inTok then
+          local pc = num('pc', 0)
+          used = tonumber(f[8]) -- what it used, else its estimate
+          if used then
+            sets[#sets + 1], sets[#sets + 2] = 'pc', exact(pc + (used - pc) / 8)
+          else
+            used = pc -- a call with no estimate: the mean
+          end
+        end
+        sets[#sets + 1], sets[#sets + 2] = 'v:' .. tenant, exact(vs + used / w - charge)
+        sets[#sets + 1], sets[#sets + 2] = 'p:' .. tenant, exact(pending - charge)
+      end
+      redis.call('HSET', T, unpack(sets))
     end
     redis.call('HINCRBY', T, 'i:' .. tenant, -1)
   end
@@ -273,16 +399,25 @@ end
 
 local function hold(id, c, tenant, w, proc, expiry, cost)
   redis.call('ZADD', H, expiry or (now + ttl), id)
-  cost = budgeted and cost or 0
-  takeTokens(cost)
-  local toks = '|' .. cost .. '|' .. cost .. '|'
+  local call = tonumber(cost) or 0
+  cost = budgeted and call or 0
+  takeTokens(call, cost)
+  local grant = redis.call('HINCRBY', M, 'gs', 1)
+  local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc
   if measured() then
+    if call > 0 and not tokens() then toTokens(call) end
     local vs, pending, e = share(tenant)
-    local charge = e / w
-    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. exact(charge) .. '|' .. exact(w) .. toks .. proc)
+    local charge, cf = e / w, nil
+    if tokens() then
+      charge = (call > 0 and call or num('pc', 0)) / w
+      cf = 't' .. exact(charge)
+    else
+      cf = exact(charge)
+    end
+    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest)
     redis.call('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant)
   else
-    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-|' .. exact(w) .. toks .. proc)
+    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest)
     redis.call('HSET', T, 'last', tenant)
   end
   redis.call('HINCRBY', T, 'i:' .. tenant, 1)
@@ -423,15 +558,57 @@ elseif op == 'settle' then
   local id, used = ARGV[A + 1], tonumber(ARGV[A + 2])
   local v = redis.call('HGET', HC, id)
   if v then
-    local f = fields(v, 8)
+    local f = fields(v, 10)
     local l = level()
     if l ~= nil then setLevel(math.min(tpm, l - (used - (tonumber(f[7]) or 0)))) end
-    redis.call('HSET', HC, id, table.concat({f[1], f[2], f[3], f[4], f[5], f[6], used, f[8]}, '|'))
+    f[7], f[8] = used, used
+    redis.call('HSET', HC, id, table.concat(f, '|'))
     dispatch()
     out = 1
   else
     out = 0
   end
+elseif op == 'limits' then
+  -- ARGV A+1 the id of the slot whose answer carried the headers, then for
+  -- tokens (+2..+5) and requests (+6..+9): known (1 or 0), limit, remaining,
+  -- reset (ms); +10 a 429's Retry-After (ms, at most 60 s; 0: none). The
+  -- provider counted when that call arrived: the grants after its own
+  -- (the holders' grant counts) are not in its count and are taken from
+  -- it. A call granted after it that has already ended is not known here:
+  -- the count is short by it until the next answer.
+  local id = ARGV[A + 1]
+  local at, mine = now, math.huge
+  local v = redis.call('HGET', HC, id)
+  if v then
+    local f = fields(v, 10)
+    at, mine = math.min(now, tonumber(f[3])), tonumber(f[9]) or math.huge
+  end
+  local toks, calls = 0, 0
+  local all = redis.call('HGETALL', HC)
+  for i = 1, #all, 2 do
+    local f = fields(all[i + 1], 10)
+    if (tonumber(f[9]) or 0) > mine then
+      toks = toks + (tonumber(f[8]) or 0)
+      calls = calls + 1
+    end
+  end
+  provider()
+  local p = prov or {hold = 0}
+  local function set(i, since, old)
+    if ARGV[A + i] ~= '1' then return old end
+    local limit, remaining, reset = tonumber(ARGV[A + i + 1]), tonumber(ARGV[A + i + 2]), tonumber(ARGV[A + i + 3])
+    local x = {l = remaining - since, a = at, m = limit, r = 0, u = at + reset}
+    if limit > remaining and reset > 0 then x.r = (limit - remaining) / reset end
+    return x
+  end
+  p.t, p.q = set(2, toks, p.t), set(6, calls, p.q)
+  local ra = tonumber(ARGV[A + 10])
+  if ra > 0 then p.hold = math.max(p.hold, now + ra) end
+  p.said = now
+  prov = p
+  saveProvider()
+  dispatch()
+  out = 1
 elseif op == 'take' then
   -- ARGV A+1 id: claim a grant.
   if redis.call('HDEL', G, ARGV[A + 1]) == 1 then
@@ -473,7 +650,8 @@ elseif op == 'reclaim' then
     out = false
   end
 elseif op == 'state' then
-  -- now, queued by class, queue non-empty since, oldest enqueue, holders' values (see hc)...
+  -- now, queued by class, queue non-empty since, oldest enqueue, the token
+  -- budget's level and the estimates in flight...
   local oldest = ''
   for _, v in ipairs(redis.call('HVALS', QC)) do
     local enq = tonumber(string.match(v, '^[^|]*|[^|]*|([^|]*)|'))
@@ -482,6 +660,20 @@ elseif op == 'state' then
   local l = level()
   out = {tostring(now), redis.call('ZCARD', Q[1]), redis.call('ZCARD', Q[2]), redis.call('ZCARD', Q[3]),
     redis.call('HGET', M, 'since') or '', tostring(oldest), l and tostring(math.floor(l)) or '', tostring(inflightTokens())}
+  -- then the provider's word: for tokens and requests, remaining, limit and
+  -- reset (ms), '' when it binds nothing; the hold left (ms); its age (ms,
+  -- '' if never said). The holders' values follow.
+  local p = provider()
+  for _, k in ipairs({'t', 'q'}) do
+    local x = p and p[k]
+    if mactive(x) then
+      out[#out + 1], out[#out + 2], out[#out + 3] = tostring(math.floor(mlevel(x))), tostring(x.m), tostring(math.max(0, x.u - now))
+    else
+      out[#out + 1], out[#out + 2], out[#out + 3] = '', '', ''
+    end
+  end
+  out[#out + 1] = tostring(p and math.max(0, p.hold - now) or 0)
+  out[#out + 1] = p and tostring(now - p.said) or ''
   for _, v in ipairs(redis.call('HVALS', HC)) do out[#out + 1] = v end
 else
   return redis.error_reply('unknown op ' .. tostring(op))

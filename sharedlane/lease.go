@@ -59,6 +59,38 @@ func (l *lease) Settle(u limiter.Usage) {
 	}
 }
 
+// RecordLimits reports what the rate-limit headers of this slot's answer
+// said to the lane in Redis (limiter.LimitsLease), where they bind every
+// process's grants: the provider's budget is the organisation's, whoever
+// sent the call. A report that cannot reach Redis is lost; the next
+// answer's headers say it again. Off Redis, the local slot's lane takes it.
+func (l *lease) RecordLimits(pl limiter.ProviderLimits) {
+	b := l.b
+	b.mu.Lock()
+	lk, id, local := l.lk, l.id, l.local
+	b.mu.Unlock()
+	if local != nil {
+		pl.Slot = *local
+		b.local.RecordLimits(context.Background(), local.Lane(), pl)
+	}
+	if lk == nil {
+		return
+	}
+	budget := func(p limiter.ProviderBudget) []any {
+		if !p.Known {
+			return []any{0, 0, 0, 0}
+		}
+		return []any{1, p.Limit, p.Remaining, p.Reset.Milliseconds()}
+	}
+	args := append(append([]any{id}, budget(pl.Tokens)...), budget(pl.Requests)...)
+	args = append(args, max(0, pl.RetryAfter).Milliseconds())
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+	defer cancel()
+	if _, err := b.run(ctx, lk, "limits", args...); err != nil && !isScriptError(err) {
+		b.markDown(err)
+	}
+}
+
 // Release gives the slot back: in Redis, then on the fallback lanes.
 func (l *lease) Release() {
 	l.once.Do(func() {

@@ -60,3 +60,61 @@ shared: {redis_url: "%s", process: %s}
 	}
 	t.Logf("gateway: peak %d at once, %d tokens used", st.Peak, st.TokensUsed)
 }
+
+// Two lanes-exporter processes share a lane with no budget configured, in
+// a real redis-server, against a gateway that limits tokens as OpenAI does
+// (6,000 a minute) and says so in x-ratelimit-*-tokens on every answer.
+// Every call is estimated at 1,004 tokens and the gateway reserves 1,001
+// of them until it ends, so five fit at once, and the slots (16) would
+// send more. After one call (the lane's first answer: before it nothing
+// is known), 20 calls through both processes: what any process's answers
+// say binds both, so the gateway answers no 429 and never holds more than
+// five.
+func TestProviderHeadersAcrossProcesses(t *testing.T) {
+	r := startRedis(t)
+	sim := gatewaysim.New(gatewaysim.Config{Capacity: 100, TokenTime: 20 * time.Millisecond, Tokens: 10, TokensPerMinute: 6000, Seed: 1})
+	gw := httptest.NewServer(sim)
+	defer gw.Close()
+	defer sim.Close()
+	var procs []*exporterProc
+	for _, name := range []string{"p1", "p2"} {
+		addr := freeAddr(t)
+		procs = append(procs, runExporter(t, name, addr, fmt.Sprintf(`listen: %s
+limiter: {max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0}
+upstreams: [{name: gw, base_url: "%s/v1"}]
+shared: {redis_url: "%s", process: %s}
+`, addr, gw.URL, r.URL(), name)))
+	}
+	post := func(i int) error {
+		res, err := client.Post("http://"+procs[i%2].addr+"/proxy/gw/chat/completions", "application/json",
+			strings.NewReader(`{"model":"protolabs/smart","messages":[{"role":"user","content":"abcd"}],"max_tokens":1000}`))
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("%d %s", res.StatusCode, b)
+		}
+		return nil
+	}
+	if err := post(0); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := post(i); err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	st := sim.Stats()
+	if st.Completed != 21 || st.RateLimited != 0 || st.Peak > 5 {
+		t.Fatalf("gateway: %d completed, %d 429s, at most %d at once; want 21, none, at most 5 (the provider's room)", st.Completed, st.RateLimited, st.Peak)
+	}
+	t.Logf("gateway: peak %d at once, %d tokens used", st.Peak, st.TokensUsed)
+}

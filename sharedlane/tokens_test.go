@@ -68,3 +68,153 @@ func TestSharedTokenBudget(t *testing.T) {
 	}
 	noResidue(t, r)
 }
+
+// The provider's rate-limit headers bind a shared lane in every process,
+// with no budget configured, on a clock the test moves. Process a's call
+// of 600 is answered: 400 of 1,000 remain, reset in 36 s (1,000 a minute).
+// Its call of 300 then leaves 100. That call's answer says 100 remain, as
+// the provider counted when it arrived; b's call of 100, granted since, is
+// taken from it, so b's next call of 600 waits, with slots free, for all
+// 600: 36 s. The snapshots of both processes say what the provider said. A
+// 429's Retry-After, reported by b, then holds a's interactive call for
+// its 5 s.
+func TestSharedProviderLimits(t *testing.T) {
+	r := startRedis(t)
+	clock := &fakeNow{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	cfg := limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour}
+	now := func(c *Config) { c.Now = clock.now }
+	a, b := newProcess(t, r.URL(), "a", cfg, now), newProcess(t, r.URL(), "b", cfg, now)
+	cost := func(n int64) context.Context { return limiter.WithTokens(context.Background(), n) }
+	report := func(p *process, c *call, remaining int64, reset time.Duration) {
+		p.lim.RecordLimits(context.Background(), lane, limiter.ProviderLimits{Slot: c.slot,
+			Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: remaining, Reset: reset}})
+	}
+	granted := func(p *process, n int64, prio limiter.Priority) *call {
+		t.Helper()
+		c := p.start(cost(n), prio).wait(t)
+		if c.err != nil {
+			t.Fatal(c.err)
+		}
+		return c
+	}
+	remaining := func(want int64, ps ...*process) {
+		t.Helper()
+		for _, p := range ps {
+			s := p.lim.Snapshot().Lanes
+			if len(s) != 1 || s[0].Tokens == nil || s[0].Tokens.Provider == nil || s[0].Tokens.Provider.Tokens == nil ||
+				s[0].Tokens.Provider.Tokens.Remaining != want || s[0].Tokens.Provider.Tokens.Limit != 1000 {
+				t.Fatalf("process %s: tokens %+v, want the provider's %d of 1,000 remaining", p.b.cfg.Process, s[0].Tokens, want)
+			}
+		}
+	}
+
+	c1 := granted(a, 600, limiter.Default)
+	report(a, c1, 400, 36*time.Second)
+	remaining(400, a)
+	c2 := granted(a, 300, limiter.Default)
+	remaining(100, a)
+	c3 := granted(b, 100, limiter.Default)
+	report(a, c2, 100, 54*time.Second) // c3 came after c2's count
+	remaining(0, a, b)
+	c4 := b.start(cost(600), limiter.Default)
+	queuedGlobally(t, a, 1)
+	clock.advance(35 * time.Second) // 583: not yet
+	time.Sleep(150 * time.Millisecond)
+	if c4.ended() {
+		t.Fatal("granted before the provider's budget refilled")
+	}
+	clock.advance(time.Second)
+	if c4.wait(t).err != nil {
+		t.Fatal(c4.err)
+	}
+
+	b.lim.RecordLimits(context.Background(), lane, limiter.ProviderLimits{Slot: c4.slot, RetryAfter: 5 * time.Second})
+	c5 := a.start(context.Background(), limiter.Interactive)
+	queuedGlobally(t, b, 1)
+	if s := b.lim.Snapshot().Lanes[0].Tokens; s == nil || s.Provider == nil || s.Provider.RetryAfter != 5 {
+		t.Fatalf("tokens %+v, want the provider's hold of 5 s", s)
+	}
+	clock.advance(4 * time.Second)
+	time.Sleep(150 * time.Millisecond)
+	if c5.ended() {
+		t.Fatal("granted during the Retry-After")
+	}
+	clock.advance(time.Second)
+	if c5.wait(t).err != nil {
+		t.Fatal(c5.err)
+	}
+	for _, c := range []*call{c1, c2, c3, c4, c5} {
+		c.slot.Release()
+	}
+	noResidue(t, r)
+}
+
+// Fair shares count tokens on a shared lane too, once calls carry
+// estimates: of two tenants backlogged in one class through two processes,
+// one whose calls cost 4,000 tokens and one whose calls cost 1,000 get the
+// same tokens (the second about four calls to the first's one), within one
+// call of the larger at every grant. The test's clock stands still, so
+// every call holds the slot as long (and no lease lapses): slot-time alone
+// would alternate them.
+func TestSharedFairSharesByTokens(t *testing.T) {
+	r := startRedis(t)
+	clock := &fakeNow{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Hour}
+	now := func(c *Config) { c.Now = clock.now }
+	procs := map[string]*process{"long": newProcess(t, r.URL(), "a", cfg, now), "short": newProcess(t, r.URL(), "b", cfg, now)}
+	cost := map[string]int64{"long": 4000, "short": 1000}
+	waiting := map[*call]string{}
+	queue := func(tn string) {
+		waiting[procs[tn].start(limiter.WithTokens(limiter.WithTenant(context.Background(), tn), cost[tn]), limiter.Interactive)] = tn
+	}
+	first := procs["long"].start(limiter.WithTokens(limiter.WithTenant(context.Background(), "long"), 4000), limiter.Interactive).wait(t)
+	if first.err != nil {
+		t.Fatal(first.err)
+	}
+	for range 3 {
+		queue("long")
+		queue("short")
+	}
+	queuedGlobally(t, procs["long"], 6)
+	got, calls := map[string]int64{"long": 4000}, map[string]int{"long": 1}
+	holder := first
+	for range 20 {
+		holder.slot.Release()
+		var next *call
+		for deadline := time.Now().Add(10 * time.Second); next == nil; time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no call was granted")
+			}
+			for c := range waiting {
+				if c.ended() {
+					next = c
+				}
+			}
+		}
+		tn := waiting[next]
+		delete(waiting, next)
+		if next.err != nil {
+			t.Fatal(next.err)
+		}
+		got[tn] += cost[tn]
+		calls[tn]++
+		if d := got["long"] - got["short"]; d > 4000 || d < -4000 {
+			t.Fatalf("after %v grants: tokens %v differ by more than the largest call's 4,000", calls, got)
+		}
+		holder = next
+		queue(tn)
+		queuedGlobally(t, procs["long"], 6)
+	}
+	if calls["short"] < 3*calls["long"] {
+		t.Fatalf("grants %v: want about four short calls to a long one", calls)
+	}
+	holder.slot.Release()
+	for c := range waiting {
+		c.cancel()
+		c.wait(t)
+		if c.err == nil {
+			c.slot.Release()
+		}
+	}
+	noResidue(t, r)
+}

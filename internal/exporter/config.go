@@ -77,6 +77,9 @@ type LimiterConfig struct {
 	TokensPerMinute        int64 `yaml:"tokens_per_minute"`
 	MaxInflightTokens      int64 `yaml:"max_inflight_tokens"`
 	DefaultMaxOutputTokens int64 `yaml:"default_max_output_tokens"`
+	// ColdStart makes each new lane send one call until the first
+	// answer's headers (see limiter.Config.ColdStart); not with shared.
+	ColdStart bool `yaml:"cold_start"`
 }
 
 // FairnessConfig is limiter.fairness.
@@ -320,6 +323,9 @@ func (c *Config) check() error {
 	if err := c.limiterConfig().Validate(); errors.As(err, &se) {
 		return keyErr("limiter."+se.Setting, "%s", se.Problem)
 	}
+	if c.Limiter.ColdStart && c.Shared != nil {
+		return keyErr("limiter.cold_start", "is set with shared: a shared lane is new to each process at a different time; unset cold_start")
+	}
 	if c.Limiter.DefaultMaxOutputTokens < 0 {
 		return keyErr("limiter.default_max_output_tokens", "is %d: want 0 (the default, %d) or more", c.Limiter.DefaultMaxOutputTokens, lanehttp.DefaultMaxOutputTokens)
 	}
@@ -407,6 +413,7 @@ func (c *Config) limiterConfig() limiter.Config {
 		lc.Adaptive = &limiter.Adaptive{MinInflight: a.MinInflight, Initial: a.Initial}
 	}
 	lc.TokensPerMinute, lc.MaxInflightTokens = c.Limiter.TokensPerMinute, c.Limiter.MaxInflightTokens
+	lc.ColdStart = c.Limiter.ColdStart
 	f := c.Limiter.Fairness
 	lc.Fairness = &limiter.Fairness{Weights: f.Weights, MaxInflightPerTenant: f.MaxInflightPerTenant, MaxTenants: c.Limits.MaxTenants}
 	return lc

@@ -83,6 +83,49 @@ func TestProxyFollowsRateLimitHeaders(t *testing.T) {
 	}
 }
 
+// With cold_start and no budget, a first burst larger than the provider's
+// minute is not sent blind: the lane sends one call, and its answer's
+// headers decide the rest. Three calls of 2,501 tokens at the gateway
+// (6,000 a minute) go as one, then one (3,499 remain), then the last once
+// the provider has refilled; the gateway answers no 429. On the fake
+// clock, which the gateway's bucket reads too.
+func TestProxyColdStart(t *testing.T) {
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	sim, base := tokenGateway(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 20, TokensPerMinute: 6000, Seed: 1})
+	srv := newTestServerWith(t, fmt.Sprintf("limiter: {max_inflight: 4, cold_start: true}\nupstreams:\n  - {name: gw, base_url: %s}\n", base), Options{Clock: clock})
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	front := httptest.NewServer(srv.Handler())
+	t.Cleanup(front.Close)
+	url := front.URL + "/proxy/gw/chat/completions"
+
+	done := make(chan string, 3)
+	for range 3 {
+		go func() {
+			code, body := postJSON(t, url, chatBody("abcd", 2500))
+			done <- fmt.Sprint(code, " ", body)
+		}()
+	}
+	got := []string{<-done}
+	// One more fits what the first answer said remains; the last waits
+	// for the provider's tokens with slots free.
+	got = append(got, <-done)
+	waitLane(t, srv, func(l limiter.LaneSnapshot) bool { return l.Queued == 1 && l.Inflight == 0 })
+	l := srv.Limiter().Snapshot().Lanes[0]
+	if l.ColdStart || l.Tokens.WaitingFor["default"] != limiter.WaitProvider {
+		t.Fatalf("lane: cold_start %v, the last call waits for %q; want false and %q", l.ColdStart, l.Tokens.WaitingFor["default"], limiter.WaitProvider)
+	}
+	clock.Advance(30 * time.Second)
+	got = append(got, <-done)
+	for _, g := range got {
+		if !strings.HasPrefix(g, "200 ") {
+			t.Fatalf("answers %q, want three 200s", got)
+		}
+	}
+	if s := sim.Stats(); s.RateLimited != 0 || s.Received != 3 {
+		t.Fatalf("the gateway received %d and answered %d 429s, want 3 and none", s.Received, s.RateLimited)
+	}
+}
+
 // A lane with a tokens_per_minute budget: a call larger than the whole
 // budget is a 413 naming it; the tokens used, the budget left and the
 // estimate error are metrics; a reload changes the budget in force.
@@ -155,6 +198,7 @@ func TestTokenConfigRefused(t *testing.T) {
 		{"limiter: {max_inflight: 2, tokens_per_minute: -1}", "limiter.tokens_per_minute"},
 		{"limiter: {max_inflight: 2, max_inflight_tokens: -5}", "limiter.max_inflight_tokens"},
 		{"limiter: {max_inflight: 2, default_max_output_tokens: -1}", "limiter.default_max_output_tokens"},
+		{"limiter: {max_inflight: 2, cold_start: true}\nshared: {redis_url: 'redis://127.0.0.1:1'}", "limiter.cold_start"},
 	} {
 		_, err := ParseConfig("lanes.yaml", []byte(c.yaml+"\nupstreams:\n  - {name: gw, base_url: http://127.0.0.1:1/v1}\n"))
 		var ce *ConfigError

@@ -403,6 +403,7 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	x.stream = strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
 	if pl, ok := RateLimits(res.Header, res.StatusCode, clock.Now()); ok {
 		pl.At = x.sent // the provider counted when the call arrived
+		pl.Slot = slot // a shared lane's store knows when it was granted
 		t.Limiter.RecordLimits(req.Context(), lane, pl)
 	}
 	if v := res.Header.Get("Retry-After"); v != "" && res.StatusCode >= 400 {

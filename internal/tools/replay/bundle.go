@@ -383,16 +383,18 @@ to decide; the figures above are what the contract as written gives.
 `
 
 const mdTokens = `The incident's load on a gateway that limits the tokens it serves a minute, as OpenAI's,
-Azure OpenAI's and Anthropic's do, through three kinds of lanes with the ADR's settings:
+Azure OpenAI's and Anthropic's do, through four kinds of lanes with the ADR's settings:
 lanes sized in calls only (they know nothing of tokens: what they let through beyond the
 limit is answered 429, and the SDK retries it); lanes with ` + "`tokens_per_minute`" + ` set to the
 gateway's limit, which estimate every call (` + "`lanehttp.EstimateTokens`" + ` of its body), queue
-what does not fit and settle each call against its usage; and lanes with no budget that
+what does not fit and settle each call against its usage; lanes with no budget that
 follow the gateway's ` + "`x-ratelimit-remaining-tokens`" + ` and ` + "`x-ratelimit-reset-tokens`" + ` (and a
-429's ` + "`Retry-After`" + `). The tokens used count as the provider bills them: a prompt when it
-arrives, each answer token when it is made; the window starts at minute 2, once the
-bucket's first minute, full at the start, is spent. A figure a little over 100 % is the
-window's edges: answers admitted before minute 2 count their tokens in it.
+429's ` + "`Retry-After`" + `); and the same with ` + "`cold_start`" + ` on, the one setting changed from the
+defaults there: a new lane sends one call until the first answer's headers. The tokens used
+count as the provider bills them: a prompt when it arrives, each answer token when it is
+made; the window starts at minute 2, once the bucket's first minute, full at the start, is
+spent. A figure a little over 100 % is the window's edges: answers admitted before minute 2
+count their tokens in it.
 
 `
 
@@ -400,14 +402,15 @@ const mdTokensAfter = `With the budget, the lane keeps the gateway's bucket and 
 estimate, at least the gateway's reservation, when it grants a call, and settles both to the
 usage when the call ends), so the gateway answers no 429 and the queue, not the SDK's retry
 loop, holds what does not fit: the calls that wait longest reach the queue timeout, fast and
-marked not to be retried. Following the headers alone, the lane knows nothing until the first
-answer: the calls sent at once at the start go blind, and those that do not fit are answered
-429 (and retried after the ` + "`Retry-After`" + ` they carry). After the first answer the lane keeps
-within what the headers say remains, less what it has granted since the provider counted.
-With the ADR's settings the run has few requests (5 slots of 46 s answers): %d of them were
-answered 429 before the first answer, %d after it, %.1f %% in all. No lane that knows nothing
-before its first answer can keep a first burst larger than the provider's minute from 429s;
-setting the budget meets both goals.
+marked not to be retried. Following the headers alone, the lane keeps within what they say
+remains, less what it has granted since the provider counted, and past the reset they
+announce it goes on refilling the provider's bucket as they described it until it is whole.
+Before the first answer it knows nothing: with the defaults, the calls sent at once at the
+start go blind, and those that do not fit are answered 429 (here %d of them, %d after the
+first answer, %.1f %% of the requests; the ADR's settings give few requests, 5 slots of 46 s
+answers). With ` + "`cold_start`" + ` the lane sends one call until that answer's headers (2 s here),
+and the goals are met. The cold start is not the default: it costs every new lane one
+answer's first byte, and a gateway that says nothing of its limits gains nothing from it.
 `
 
 const mdLimits = `## What the model leaves out

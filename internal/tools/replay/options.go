@@ -114,8 +114,9 @@ type Options struct {
 	// (its output bound); its prompt is its body's bytes of text. With the
 	// "tokens" scenario, TokenMode says what the lanes know of tokens:
 	// TokensCalls (nothing: lanes sized in calls), TokensBudget
-	// (tokens_per_minute set to the gateway's limit) or TokensHeaders (no
-	// budget; the gateway's rate-limit headers followed).
+	// (tokens_per_minute set to the gateway's limit), TokensHeaders (no
+	// budget; the gateway's rate-limit headers followed) or
+	// TokensColdStart (as TokensHeaders, with the lanes' cold_start on).
 	TokensPerMinute int64
 	MaxTokens       int
 	TokenMode       string
@@ -123,9 +124,10 @@ type Options struct {
 
 // The lanes' token modes of the "tokens" scenario.
 const (
-	TokensCalls   = "calls"
-	TokensBudget  = "budget"
-	TokensHeaders = "headers"
+	TokensCalls     = "calls"
+	TokensBudget    = "budget"
+	TokensHeaders   = "headers"
+	TokensColdStart = "cold-start"
 )
 
 // CapacityChange sets the gateway's capacity at a time.

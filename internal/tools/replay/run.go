@@ -99,9 +99,11 @@ func Run(scenario string, o Options) (Report, error) {
 		switch o.TokenMode {
 		case TokensBudget:
 			shared.TokensPerMinute = o.TokensPerMinute
+		case TokensColdStart:
+			shared.ColdStart = true
 		case TokensCalls, TokensHeaders:
 		default:
-			return Report{}, fmt.Errorf("replay: TokenMode %q: want %s, %s or %s", o.TokenMode, TokensCalls, TokensBudget, TokensHeaders)
+			return Report{}, fmt.Errorf("replay: TokenMode %q: want %s, %s, %s or %s", o.TokenMode, TokensCalls, TokensBudget, TokensHeaders, TokensColdStart)
 		}
 	case "board-b-alone":
 		if o.BoardBPanelAt <= 0 || o.BoardBAloneLimit < 1 {
@@ -302,7 +304,7 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 	done := false
 	x := &exchange{prompt: c.prompt, bound: int64(s.o.MaxTokens)}
 	tokens := lim != nil && s.o.TokensPerMinute > 0 && s.o.TokenMode != TokensCalls
-	headers := tokens && s.o.TokenMode == TokensHeaders
+	headers := tokens && (s.o.TokenMode == TokensHeaders || s.o.TokenMode == TokensColdStart)
 	// limits is what the answer's rate-limit headers say, as the gateway
 	// counted when the call arrived (lanehttp.RateLimits).
 	limits := func(retryAfter time.Duration) limiter.ProviderLimits {
@@ -374,7 +376,7 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 				// them now, as it does after a release (their timers end when
 				// their goroutines run, and the next timer due must not be one
 				// of theirs). A fixed limit grants nothing here.
-				e.dirty = e.dirty || s.o.Adaptive != nil
+				e.dirty = e.dirty || s.o.Adaptive != nil || s.o.TokenMode == TokensColdStart // a cold lane warms
 			}
 		}
 		last = e.now()

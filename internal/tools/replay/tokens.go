@@ -60,19 +60,25 @@ func (s *sim) tokenFigures() *TokenFigures {
 }
 
 // TokenRuns is the tokens-per-minute replay: lanes sized in calls only,
-// lanes with tokens_per_minute set to the gateway's limit, and lanes with
-// no budget that follow the gateway's rate-limit headers.
+// lanes with tokens_per_minute set to the gateway's limit, lanes with no
+// budget that follow the gateway's rate-limit headers, and the same with
+// cold_start on (they send one call until the first answer's headers).
 type TokenRuns struct {
-	Calls, Budget, Headers Report
+	Calls, Budget, Headers, ColdStart Report
 }
 
-// RunTokens runs the three, with o (TokenLimit() for the report).
+// RunTokens runs the four, with o (TokenLimit() for the report).
 func RunTokens(o Options) (TokenRuns, error) {
 	var t TokenRuns
 	for _, r := range []struct {
 		dst        *Report
 		mode, name string
-	}{{&t.Calls, TokensCalls, "lanes sized in calls"}, {&t.Budget, TokensBudget, "tokens_per_minute at the limit"}, {&t.Headers, TokensHeaders, "following the headers, no budget"}} {
+	}{
+		{&t.Calls, TokensCalls, "lanes sized in calls"},
+		{&t.Budget, TokensBudget, "tokens_per_minute at the limit"},
+		{&t.Headers, TokensHeaders, "following the headers, no budget"},
+		{&t.ColdStart, TokensColdStart, "following the headers, no budget, cold_start"},
+	} {
 		o.TokenMode = r.mode
 		rep, err := Run("tokens", o)
 		if err != nil {
@@ -93,9 +99,11 @@ func share429(r Report) float64 {
 
 // Goals checks the goals: with a budget, no 429 and at least 95%
 // of the limit used while work is queued; following the headers only, at
-// most 1% of the requests answered 429 and at least 90% used.
+// most 1% of the requests answered 429 and at least 90% used. The headers'
+// goals are held by the lanes with cold_start on: without it the lanes
+// send their first calls blind (the report has both).
 func (t TokenRuns) Goals() []Goal {
-	b, h := t.Budget.Tokens, t.Headers.Tokens
+	b, h := t.Budget.Tokens, t.ColdStart.Tokens
 	if b == nil || h == nil {
 		return nil
 	}
@@ -103,9 +111,9 @@ func (t TokenRuns) Goals() []Goal {
 		{Text: "tokens_per_minute at the limit: no 429", Figure: fmt.Sprintf("%d 429s", b.RateLimited), Met: b.RateLimited == 0},
 		{Text: "tokens_per_minute at the limit: at least 95% of the limit used while work is queued",
 			Figure: fmt.Sprintf("%.1f%%", 100*b.Share), Met: b.Queued && b.Share >= 0.95},
-		{Text: "following the headers, no budget: at most 1% of the requests answered 429",
-			Figure: fmt.Sprintf("%.2f%% (%d of %d)", 100*share429(t.Headers), h.RateLimited, h.Attempts), Met: share429(t.Headers) <= 0.01},
-		{Text: "following the headers, no budget: at least 90% of the limit used while work is queued",
+		{Text: "following the headers, no budget, cold_start: at most 1% of the requests answered 429",
+			Figure: fmt.Sprintf("%.2f%% (%d of %d)", 100*share429(t.ColdStart), h.RateLimited, h.Attempts), Met: share429(t.ColdStart) <= 0.01},
+		{Text: "following the headers, no budget, cold_start: at least 90% of the limit used while work is queued",
 			Figure: fmt.Sprintf("%.1f%%", 100*h.Share), Met: h.Queued && h.Share >= 0.90},
 	}
 }
@@ -113,7 +121,7 @@ func (t TokenRuns) Goals() []Goal {
 // Markdown writes the tokens section's table and goals.
 func (t TokenRuns) Markdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	rs := []Report{t.Calls, t.Budget, t.Headers}
+	rs := []Report{t.Calls, t.Budget, t.Headers, t.ColdStart}
 	row := sideBySide(w, rs)
 	tk := func(f func(*TokenFigures) string) func(Report) string {
 		return func(r Report) string { return f(r.Tokens) }
