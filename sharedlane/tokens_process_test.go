@@ -21,39 +21,8 @@ import (
 // gateway: never more than five calls at once, though each process alone
 // would send five, and no 429.
 func TestTokenBudgetAcrossProcesses(t *testing.T) {
-	r := startRedis(t)
-	sim := gatewaysim.New(gatewaysim.Config{Capacity: 100, TokenTime: 20 * time.Millisecond, Tokens: 10, TokensPerMinute: 6000, Seed: 1})
-	gw := httptest.NewServer(sim)
-	defer gw.Close()
-	defer sim.Close()
-	var procs []*exporterProc
-	for _, name := range []string{"p1", "p2"} {
-		addr := freeAddr(t)
-		procs = append(procs, runExporter(t, name, addr, fmt.Sprintf(`listen: %s
-limiter: {max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0, tokens_per_minute: 6000}
-upstreams: [{name: gw, base_url: "%s/v1"}]
-shared: {redis_url: "%s", process: %s}
-`, addr, gw.URL, r.URL(), name)))
-	}
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := client.Post("http://"+procs[i%2].addr+"/proxy/gw/chat/completions", "application/json",
-				strings.NewReader(`{"model":"protolabs/smart","messages":[{"role":"user","content":"abcd"}],"max_tokens":1000}`))
-			if err != nil {
-				t.Errorf("call %d: %v", i, err)
-				return
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			if res.StatusCode != http.StatusOK {
-				t.Errorf("call %d: %d %s", i, res.StatusCode, b)
-			}
-		}()
-	}
-	wg.Wait()
+	sim, post := tokenExporters(t, "{max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0, tokens_per_minute: 6000}")
+	postAll(t, post, 0, 40)
 	st := sim.Stats()
 	if st.Completed != 40 || st.RateLimited != 0 || st.Peak > 5 {
 		t.Fatalf("gateway: %d completed, %d 429s, at most %d at once; want 40, none, at most 5 (the shared budget's room)", st.Completed, st.RateLimited, st.Peak)
@@ -71,21 +40,38 @@ shared: {redis_url: "%s", process: %s}
 // say binds both, so the gateway answers no 429 and never holds more than
 // five.
 func TestProviderHeadersAcrossProcesses(t *testing.T) {
+	sim, post := tokenExporters(t, "{max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0}")
+	if err := post(0); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	postAll(t, post, 1, 21)
+	st := sim.Stats()
+	if st.Completed != 21 || st.RateLimited != 0 || st.Peak > 5 {
+		t.Fatalf("gateway: %d completed, %d 429s, at most %d at once; want 21, none, at most 5 (the provider's room)", st.Completed, st.RateLimited, st.Peak)
+	}
+	t.Logf("gateway: peak %d at once, %d tokens used", st.Peak, st.TokensUsed)
+}
+
+// tokenExporters runs two lanes-exporter processes sharing a lane in a
+// real redis-server, with the limiter settings limiter (a YAML flow
+// mapping), in front of a gateway that limits tokens as OpenAI does, at
+// 6,000 a minute; post sends the i-th call through process i%2 (each
+// estimated at 1,004 tokens: 4 of prompt and its max_tokens, 1,000).
+func tokenExporters(t *testing.T, limiter string) (sim *gatewaysim.Gateway, post func(i int) error) {
 	r := startRedis(t)
-	sim := gatewaysim.New(gatewaysim.Config{Capacity: 100, TokenTime: 20 * time.Millisecond, Tokens: 10, TokensPerMinute: 6000, Seed: 1})
+	sim = gatewaysim.New(gatewaysim.Config{Capacity: 100, TokenTime: 20 * time.Millisecond, Tokens: 10, TokensPerMinute: 6000, Seed: 1})
 	gw := httptest.NewServer(sim)
-	defer gw.Close()
-	defer sim.Close()
+	t.Cleanup(func() { sim.Close(); gw.Close() })
 	var procs []*exporterProc
 	for _, name := range []string{"p1", "p2"} {
 		addr := freeAddr(t)
 		procs = append(procs, runExporter(t, name, addr, fmt.Sprintf(`listen: %s
-limiter: {max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0}
+limiter: %s
 upstreams: [{name: gw, base_url: "%s/v1"}]
 shared: {redis_url: "%s", process: %s}
-`, addr, gw.URL, r.URL(), name)))
+`, addr, limiter, gw.URL, r.URL(), name)))
 	}
-	post := func(i int) error {
+	return sim, func(i int) error {
 		res, err := client.Post("http://"+procs[i%2].addr+"/proxy/gw/chat/completions", "application/json",
 			strings.NewReader(`{"model":"protolabs/smart","messages":[{"role":"user","content":"abcd"}],"max_tokens":1000}`))
 		if err != nil {
@@ -98,11 +84,13 @@ shared: {redis_url: "%s", process: %s}
 		}
 		return nil
 	}
-	if err := post(0); err != nil {
-		t.Fatalf("first call: %v", err)
-	}
+}
+
+// postAll sends calls from to to-1 at once, and fails t for each that
+// does not end in a 200.
+func postAll(t *testing.T, post func(int) error, from, to int) {
 	var wg sync.WaitGroup
-	for i := range 20 {
+	for i := from; i < to; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -112,9 +100,4 @@ shared: {redis_url: "%s", process: %s}
 		}()
 	}
 	wg.Wait()
-	st := sim.Stats()
-	if st.Completed != 21 || st.RateLimited != 0 || st.Peak > 5 {
-		t.Fatalf("gateway: %d completed, %d 429s, at most %d at once; want 21, none, at most 5 (the provider's room)", st.Completed, st.RateLimited, st.Peak)
-	}
-	t.Logf("gateway: peak %d at once, %d tokens used", st.Peak, st.TokensUsed)
 }

@@ -30,6 +30,18 @@ func tokenGateway(t *testing.T, clock *limitertest.Clock, c gatewaysim.Config) (
 	return sim, srv.URL + "/v1"
 }
 
+// tokenProxy runs a proxy with the limiter settings limiter (YAML flow
+// mapping) in front of a gatewaysim of c, both on clock, and returns the
+// server, the gateway, the gateway's base URL and the proxy's URL.
+func tokenProxy(t *testing.T, clock *limitertest.Clock, c gatewaysim.Config, limiter string) (srv *Server, sim *gatewaysim.Gateway, base, front string) {
+	sim, base = tokenGateway(t, clock, c)
+	srv = newTestServerWith(t, fmt.Sprintf("limiter: %s\nupstreams:\n  - {name: gw, base_url: %s}\n", limiter, base), Options{Clock: clock})
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	fs := httptest.NewServer(srv.Handler())
+	t.Cleanup(fs.Close)
+	return srv, sim, base, fs.URL
+}
+
 func chatBody(content string, maxTokens int) string {
 	return fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}],"max_tokens":%d}`, content, maxTokens)
 }
@@ -41,11 +53,7 @@ func chatBody(content string, maxTokens int) string {
 // gateway's bucket reads too.
 func TestProxyFollowsRateLimitHeaders(t *testing.T) {
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	sim, base := tokenGateway(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 3000, TokensPerMinute: 6000, Seed: 1})
-	srv := newTestServerWith(t, fmt.Sprintf("limiter: {max_inflight: 8}\nupstreams:\n  - {name: gw, base_url: %s}\n", base), Options{Clock: clock})
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(front.Close)
+	srv, sim, base, front := tokenProxy(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 3000, TokensPerMinute: 6000, Seed: 1}, "{max_inflight: 8}")
 
 	// Another client of the provider, not through the lane, uses 3,001
 	// tokens (a prompt of 1 and an answer of 3,000).
@@ -53,7 +61,7 @@ func TestProxyFollowsRateLimitHeaders(t *testing.T) {
 		t.Fatalf("direct call: %d %s", code, body)
 	}
 	// Through the lane: 11 more, and the answer says 2,988 remain.
-	if code, body := postJSON(t, front.URL+"/proxy/gw/chat/completions", chatBody("abcd", 10)); code != 200 {
+	if code, body := postJSON(t, front+"/proxy/gw/chat/completions", chatBody("abcd", 10)); code != 200 {
 		t.Fatalf("first call: %d %s", code, body)
 	}
 	p := srv.Limiter().Snapshot().Lanes[0].Tokens.Provider
@@ -64,7 +72,7 @@ func TestProxyFollowsRateLimitHeaders(t *testing.T) {
 	// answered 429 now (the gateway wants 2,991, and holds 2,988): it waits.
 	done := make(chan string, 1)
 	go func() {
-		code, body := postJSON(t, front.URL+"/proxy/gw/chat/completions", chatBody("abcd", 2990))
+		code, body := postJSON(t, front+"/proxy/gw/chat/completions", chatBody("abcd", 2990))
 		done <- fmt.Sprint(code, " ", body)
 	}()
 	waitLane(t, srv, func(l limiter.LaneSnapshot) bool { return l.Queued == 1 })
@@ -91,12 +99,8 @@ func TestProxyFollowsRateLimitHeaders(t *testing.T) {
 // clock, which the gateway's bucket reads too.
 func TestProxyColdStart(t *testing.T) {
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	sim, base := tokenGateway(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 20, TokensPerMinute: 6000, Seed: 1})
-	srv := newTestServerWith(t, fmt.Sprintf("limiter: {max_inflight: 4, cold_start: true}\nupstreams:\n  - {name: gw, base_url: %s}\n", base), Options{Clock: clock})
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(front.Close)
-	url := front.URL + "/proxy/gw/chat/completions"
+	srv, sim, _, front := tokenProxy(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 20, TokensPerMinute: 6000, Seed: 1}, "{max_inflight: 4, cold_start: true}")
+	url := front + "/proxy/gw/chat/completions"
 
 	done := make(chan string, 3)
 	for range 3 {
@@ -212,12 +216,8 @@ func TestTokenConfigRefused(t *testing.T) {
 // other, and the second waits for tokens, not for a slot.
 func TestProxyWaitsForTokens(t *testing.T) {
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	_, base := tokenGateway(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 20, Seed: 1})
-	srv := newTestServerWith(t, fmt.Sprintf("limiter: {max_inflight: 4, tokens_per_minute: 600}\nupstreams:\n  - {name: gw, base_url: %s}\n", base), Options{Clock: clock})
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(front.Close)
-	url := front.URL + "/proxy/gw/chat/completions"
+	srv, _, _, front := tokenProxy(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 20, Seed: 1}, "{max_inflight: 4, tokens_per_minute: 600}")
+	url := front + "/proxy/gw/chat/completions"
 	// 4 + 500 estimated, 21 used: 579 left, then 4 + 590 wanted.
 	if code, body := postJSON(t, url, chatBody("abcd", 500)); code != 200 {
 		t.Fatalf("first: %d %s", code, body)
