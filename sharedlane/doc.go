@@ -3,8 +3,11 @@
 // max_inflight, the interactive reserve, one priority order with aging,
 // the tenants' fair shares within a class (package limiter's rules, with
 // each tenant's service kept in Redis and measured on its clock), FIFO
-// within a tenant, the queue timeout. Plug it into a limiter with
-// limiter.WithBackend; lanes-exporter does so with its shared: section.
+// within a tenant, the queue timeout; and the token budgets
+// (tokens_per_minute, max_inflight_tokens) and what the provider's
+// rate-limit headers said, whichever process's answer carried them, both
+// decided with the slot. Plug it into a limiter with limiter.WithBackend;
+// lanes-exporter does so with its shared: section.
 //
 // # How it stays correct
 //

@@ -67,7 +67,10 @@
 // the events streamed; the slot is settled with it (limiter.Slot.Settle)
 // when the exchange ends, and the exchange report carries the estimate and
 // the use. The answer's rate-limit headers (RateLimits) are reported to
-// the lane as they arrive (limiter.Limiter.RecordLimits). A call estimated
+// the lane as they arrive, with the call's slot (limiter.Limiter.RecordLimits,
+// limiter.ProviderLimits.Slot: a shared lane's store takes them through
+// it); the answer's first byte warms a lane under limiter.Config.ColdStart.
+// A call estimated
 // above a whole budget is answered 413 token_budget_exceeded.
 //
 // # Bad requests
