@@ -44,11 +44,18 @@ func TestGracefulShutdown(t *testing.T) {
 		defer cancel()
 		stopped <- l.Shutdown(ctx)
 	}()
-	// New connections are refused once shutdown has begun.
+	// New connections are refused once shutdown has begun. Each look is a
+	// new connection, closed after it (an answer whose body is left unread
+	// keeps its connection's goroutines waiting for ever).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := (&http.Client{Transport: &http.Transport{}}).Get("http://" + l.Addr + "/healthz"); err != nil {
+		probe := &http.Transport{DisableKeepAlives: true}
+		res, err := (&http.Client{Transport: probe}).Get("http://" + l.Addr + "/healthz")
+		if err != nil {
 			break
 		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		probe.CloseIdleConnections()
 		if time.Now().After(deadline) {
 			t.Fatal("still accepting connections during shutdown")
 		}
