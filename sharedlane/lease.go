@@ -42,21 +42,27 @@ func (l *lease) Lost() <-chan struct{} { return l.lost }
 // cannot reach Redis is lost: the estimate stays charged, the safe side.
 // Off Redis (on the fallback lanes), the local slot settles.
 func (l *lease) Settle(u limiter.Usage) {
+	if local := l.report("settle", max(0, u.Prompt)+max(0, u.Completion)); local != nil {
+		local.Settle(u)
+	}
+}
+
+// report runs op on the slot in Redis with args after its id, if the slot
+// is held there, and returns the fallback lanes' slot, if any, for the
+// caller to tell as well. A report that cannot reach Redis is lost.
+func (l *lease) report(op string, args ...any) *limiter.Slot {
 	b := l.b
 	b.mu.Lock()
 	lk, id, local := l.lk, l.id, l.local
 	b.mu.Unlock()
-	if local != nil {
-		local.Settle(u)
+	if lk != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
+		defer cancel()
+		if _, err := b.run(ctx, lk, op, append([]any{id}, args...)...); err != nil && !isScriptError(err) {
+			b.markDown(err)
+		}
 	}
-	if lk == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
-	defer cancel()
-	if _, err := b.run(ctx, lk, "settle", id, max(0, u.Prompt)+max(0, u.Completion)); err != nil && !isScriptError(err) {
-		b.markDown(err)
-	}
+	return local
 }
 
 // RecordLimits reports what the rate-limit headers of this slot's answer
@@ -65,29 +71,16 @@ func (l *lease) Settle(u limiter.Usage) {
 // sent the call. A report that cannot reach Redis is lost; the next
 // answer's headers say it again. Off Redis, the local slot's lane takes it.
 func (l *lease) RecordLimits(pl limiter.ProviderLimits) {
-	b := l.b
-	b.mu.Lock()
-	lk, id, local := l.lk, l.id, l.local
-	b.mu.Unlock()
-	if local != nil {
-		pl.Slot = *local
-		b.local.RecordLimits(context.Background(), local.Lane(), pl)
-	}
-	if lk == nil {
-		return
-	}
 	budget := func(p limiter.ProviderBudget) []any {
 		if !p.Known {
 			return []any{0, 0, 0, 0}
 		}
 		return []any{1, p.Limit, p.Remaining, p.Reset.Milliseconds()}
 	}
-	args := append(append([]any{id}, budget(pl.Tokens)...), budget(pl.Requests)...)
-	args = append(args, max(0, pl.RetryAfter).Milliseconds())
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
-	defer cancel()
-	if _, err := b.run(ctx, lk, "limits", args...); err != nil && !isScriptError(err) {
-		b.markDown(err)
+	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds())
+	if local := l.report("limits", args...); local != nil {
+		pl.Slot = *local
+		l.b.local.RecordLimits(context.Background(), local.Lane(), pl)
 	}
 }
 
