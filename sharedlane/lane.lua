@@ -236,9 +236,10 @@ local function provTake(cost)
   saveProvider()
 end
 
--- budgeted: a lane with no budget reads and keeps nothing of tokens (a
--- holder's estimate is kept as 0), so that it costs no more than before;
--- a budget a reload turns on counts the calls granted from then on.
+-- budgeted: a lane with no budget keeps no bucket and no estimates in
+-- flight (a holder's estimate and cost are kept as 0; its call field keeps
+-- the estimate, for the provider's word and the tenants' shares); a budget
+-- a reload turns on counts the calls granted from then on.
 local budgeted = tpm > 0 or maxtok > 0
 local function tokensFit(cost)
   if not provFits(cost) then return false end

@@ -79,8 +79,7 @@ func (l *lease) RecordLimits(pl limiter.ProviderLimits) {
 	}
 	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds())
 	if local := l.report("limits", args...); local != nil {
-		pl.Slot = *local
-		l.b.local.RecordLimits(context.Background(), local.Lane(), pl)
+		l.b.local.RecordLimits(context.Background(), local.Lane(), pl) // no Backend there: pl.Slot is not read
 	}
 }
 
