@@ -34,6 +34,8 @@ FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzModelOf$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
 	$(GO) test -run '^$$' -fuzz '^FuzzEstimateTokens$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
+	$(GO) test -run '^$$' -fuzz '^FuzzRateLimits$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
+	$(GO) test -run '^$$' -fuzz '^FuzzUsage$$' -fuzztime $(FUZZTIME) ./limiter/lanehttp
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/exporter
 
 NODE_SDK = internal/exporter/testdata/node-sdk

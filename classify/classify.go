@@ -36,11 +36,17 @@ const (
 	ReasonUpstreamErrors = "upstream_errors"
 	ReasonRetries        = "retries"
 	// ReasonTokenBudget: calls are queued for tokens: the lane's
-	// tokens_per_minute or max_inflight_tokens, or the budget the
-	// provider's rate-limit headers announced, has no room for the next
+	// tokens_per_minute or max_inflight_tokens has no room for the next
 	// one yet. A local reason: the lane queues on purpose, so that the
 	// gateway answers no 429.
 	ReasonTokenBudget = "token_budget"
+	// ReasonProviderLimit: calls are queued because the provider said so:
+	// the budget its rate-limit headers announced has no room for the next
+	// one, or a 429's Retry-After holds the lane. A local reason too (the
+	// lane queues on purpose rather than send calls into 429s), named
+	// apart so that an operator looks at the provider's limit, not at
+	// tokens_per_minute; the hold text says when it resets.
+	ReasonProviderLimit = "provider_limit"
 	// ReasonSharedDown: the lane is shared (in Redis) and its store is
 	// unreachable, so this process uses lanes of its own or refuses calls.
 	// It points at neither the queue nor the gateway: it is listed, and
@@ -54,7 +60,7 @@ const (
 
 // Reasons lists every reason, local ones first, for metrics.
 func Reasons() []string {
-	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonTokenBudget, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonTokenBudget, ReasonProviderLimit, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
 }
 
 // IsGatewayReason reports whether reason r points at the gateway rather
@@ -190,8 +196,12 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.Reasons = append(c.Reasons, ReasonQueueTimeouts)
 		local = local || l.Queued > 0
 	}
-	if waitsForTokens(l) {
+	budget, provider := waitsFor(l)
+	if budget {
 		c.Reasons, local = append(c.Reasons, ReasonTokenBudget), true
+	}
+	if provider {
+		c.Reasons, local = append(c.Reasons, ReasonProviderLimit), true
 	}
 	n := c.Counts
 	if !recent(l.Upstream, th.ClearAfter) {
@@ -217,7 +227,7 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	case l.Inflight == 0 && l.Queued == 0 && l.WaitP50 == nil && l.Upstream == nil:
 		c.State = Idle
 	}
-	c.HoldText = holdText(c, gateway)
+	c.HoldText = holdText(c, gateway, providerReset(l))
 	if l.Shared != nil && l.Shared.State != limiter.BackendOK {
 		c.HoldText += "; shared store unreachable: " + map[string]string{
 			limiter.BackendLocalFallback: "this process uses lanes of its own",
@@ -227,17 +237,34 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	return c
 }
 
-// waitsForTokens reports whether calls of l are queued for tokens.
-func waitsForTokens(l limiter.LaneSnapshot) bool {
+// waitsFor reports whether calls of l are queued for the lane's token
+// budget, and whether for the provider's word (its budget or a 429's hold).
+func waitsFor(l limiter.LaneSnapshot) (budget, provider bool) {
 	if l.Tokens == nil {
-		return false
+		return false, false
 	}
 	for _, w := range l.Tokens.WaitingFor {
-		if w == limiter.WaitTokens || w == limiter.WaitProvider {
-			return true
+		budget = budget || w == limiter.WaitTokens
+		provider = provider || w == limiter.WaitProvider || w == limiter.WaitRetryAfter
+	}
+	return budget, provider
+}
+
+// providerReset is how long until the provider's word stops holding l's
+// calls, as far as its snapshot tells: the latest of a 429's hold and the
+// resets of the budgets it announced (0: unknown).
+func providerReset(l limiter.LaneSnapshot) float64 {
+	if l.Tokens == nil || l.Tokens.Provider == nil {
+		return 0
+	}
+	p := l.Tokens.Provider
+	r := float64(p.RetryAfter)
+	for _, b := range []*limiter.ProviderBudgetSnapshot{p.Tokens, p.Requests} {
+		if b != nil {
+			r = max(r, float64(b.Reset))
 		}
 	}
-	return false
+	return r
 }
 
 // recent reports whether the gateway reasons may hold under ClearAfter d:
@@ -255,7 +282,7 @@ func IdleLane(key string, limit int, th Thresholds) Classification {
 	return Lane(limiter.LaneSnapshot{Lane: key, Limit: limit}, th)
 }
 
-func holdText(c Classification, gateway bool) string {
+func holdText(c Classification, gateway bool, reset float64) string {
 	n := c.Counts
 	switch c.State {
 	case Idle:
@@ -283,6 +310,12 @@ func holdText(c Classification, gateway bool) string {
 	text := fmt.Sprintf("gate queue: %d %s waiting%s, p90 wait %s", c.LaneQueueDepth, plural(c.LaneQueueDepth, "call", "calls"), from, p90(c.LaneWaitP90S)) + timeouts(n)
 	if slices.Contains(c.Reasons, ReasonTokenBudget) {
 		text += "; waiting for the token budget to refill"
+	}
+	if slices.Contains(c.Reasons, ReasonProviderLimit) {
+		text += "; waiting for the provider's rate limit"
+		if reset > 0 {
+			text += fmt.Sprintf(" (resets in %d s)", int(math.Ceil(reset)))
+		}
 	}
 	if gateway {
 		text += fmt.Sprintf("; gateway failing too: %s in 5 min", strings.Join(failing, ", "))

@@ -241,7 +241,10 @@ func TestTruthTable(t *testing.T) {
 			classify.LocalQueue, []string{"saturated", "upstream_errors"}},
 		{"p90 over, failing gateway", facts{p90Over: true, gateway: true}, classify.LocalQueue, []string{"wait_p90", "upstream_errors"}},
 		{"queued for the token budget", facts{queued: 2, waitsFor: limiter.WaitTokens}, classify.LocalQueue, []string{"token_budget"}},
-		{"queued for the provider's budget", facts{queued: 2, waitsFor: limiter.WaitProvider}, classify.LocalQueue, []string{"token_budget"}},
+		{"queued for the provider's budget", facts{queued: 2, waitsFor: limiter.WaitProvider}, classify.LocalQueue, []string{"provider_limit"}},
+		{"held by a 429's Retry-After", facts{queued: 2, waitsFor: limiter.WaitRetryAfter}, classify.LocalQueue, []string{"provider_limit"}},
+		{"queued for the provider's budget, failing gateway", facts{queued: 2, waitsFor: limiter.WaitProvider, gateway: true},
+			classify.LocalQueue, []string{"provider_limit", "upstream_errors"}},
 		{"queued for the token budget, failing gateway", facts{queued: 2, waitsFor: limiter.WaitTokens, gateway: true},
 			classify.LocalQueue, []string{"token_budget", "upstream_errors"}},
 		{"queued for a slot: not the token budget", facts{queued: 2, waitsFor: limiter.WaitSlot}, classify.Healthy, []string{}},
@@ -262,6 +265,15 @@ func TestTruthTable(t *testing.T) {
 	}
 	c = classify.Lane(snap(facts{queued: 2, waitsFor: limiter.WaitTokens}), th)
 	if want := "gate queue: 2 calls waiting, p90 wait 0 s; waiting for the token budget to refill"; c.HoldText != want {
+		t.Fatalf("hold text %q, want %q", c.HoldText, want)
+	}
+	// A lane held by the provider's word, with no budget of its own, names
+	// the provider and when it resets, not the token budget.
+	l := snap(facts{queued: 2, waitsFor: limiter.WaitProvider})
+	l.Tokens.TokensPerMinute = 0
+	l.Tokens.Provider = &limiter.ProviderSnapshot{Tokens: &limiter.ProviderBudgetSnapshot{Limit: 6000, Remaining: 10, Reset: 41.2}, RetryAfter: 3}
+	c = classify.Lane(l, th)
+	if want := "gate queue: 2 calls waiting, p90 wait 0 s; waiting for the provider's rate limit (resets in 42 s)"; c.HoldText != want {
 		t.Fatalf("hold text %q, want %q", c.HoldText, want)
 	}
 	// Idle is the healthy row with no activity at all.

@@ -112,6 +112,21 @@ type LimitsLease interface {
 	RecordLimits(pl ProviderLimits)
 }
 
+// A ProviderForgetter is a Backend that keeps the provider's word for whole
+// lanes (its Leases are LimitsLeases) and can forget it. SetConfig calls
+// ForgetProviders with the keys of the lanes this process knows, so that a
+// reload clears what the provider said of them in every process, as it
+// does for a lane kept here. What cannot reach the store within ctx is
+// left; it binds for at most two provider windows anyway.
+type ProviderForgetter interface {
+	Backend
+	ForgetProviders(ctx context.Context, keys []string)
+}
+
+// forgetTimeout bounds how long a reload waits for a Backend to forget the
+// provider's word.
+const forgetTimeout = 2 * time.Second
+
 // Backend states, as SharedLane.State and the snapshot show them.
 const (
 	BackendOK            = "ok"

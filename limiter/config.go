@@ -89,6 +89,15 @@ type Config struct {
 	// different time).
 	ColdStart bool
 
+	// ProviderWindow is the window over which the provider refills the
+	// budgets its rate-limit headers announce (RecordLimits): a reset it
+	// announces is taken as at most this long, and a budget it announced
+	// refills by at least its whole limit per window, so that no header,
+	// however far its reset, holds a lane's grants longer. 0 means
+	// DefaultProviderWindow (60 s, OpenAI's and Anthropic's minute); at most
+	// MaxProviderWindow.
+	ProviderWindow time.Duration
+
 	// Adaptive, when set, makes each lane's limit move between
 	// Adaptive.MinInflight and MaxInflight (see Adaptive). nil: MaxInflight
 	// is the limit.
@@ -173,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightTokens < 0 {
 		bad("max_inflight_tokens", "is %d: want 0 (no bound) or more", c.MaxInflightTokens)
+	}
+	if c.ProviderWindow < 0 || c.ProviderWindow > MaxProviderWindow {
+		bad("provider_window", "is %s: want 0 (the default, %s) to %s", c.ProviderWindow, DefaultProviderWindow, MaxProviderWindow)
 	}
 	f := c.fairness()
 	if f.MaxInflightPerTenant < 0 {

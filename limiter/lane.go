@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter/adaptive"
@@ -13,6 +14,9 @@ import (
 type lane struct {
 	lim *Limiter
 	key string
+	// usageWarned is set once a usage beyond what a call can cost was
+	// logged (see warnUsage).
+	usageWarned atomic.Bool
 
 	// mu guards everything below it. Every grant decision, the reserve check
 	// included, is made with mu held, so a slot can never be given twice or

@@ -96,9 +96,12 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		return err
 	}
 	l.cfg.Store(&cfg)
-	l.lanes.Range(func(_, v any) bool {
+	var keys []string
+	l.lanes.Range(func(k, v any) bool {
 		ln := v.(*lane)
+		keys = append(keys, k.(string))
 		ln.mu.Lock()
+		ln.forgetProviderLocked()
 		ln.adaptLocked(&cfg)
 		ln.recapLocked(&cfg)
 		ln.rebudgetLocked(&cfg)
@@ -109,6 +112,13 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		ln.mu.Unlock()
 		return true
 	})
+	if pf, ok := l.backend.(ProviderForgetter); ok && len(keys) > 0 {
+		// After the lanes' locks: no lane lock is held while calling a
+		// Backend.
+		ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+		pf.ForgetProviders(ctx, keys)
+		cancel()
+	}
 	l.mu.Lock()
 	if l.sweep == nil && l.nlanes > 0 && cfg.LaneIdleTTL > 0 && !l.closed.Load() {
 		l.sweep = l.clock.AfterFunc(cfg.sweepEvery(), l.sweepIdle)

@@ -124,8 +124,13 @@ func (b *bucket) refill(now int64) {
 // reset the provider announced, less what the lane granted since. It binds
 // until its reset, and past it until it has refilled to the limit: a lane
 // that forgot the grants it made since the count would send a burst the
-// provider has no room for. A budget with no limit or no rate stops
-// binding at its reset.
+// provider has no room for. A budget with no limit stops binding at its
+// reset.
+//
+// Whatever the headers say, it binds for at most two windows (see
+// Config.ProviderWindow): the reset is at most a window away
+// (BoundProviderLimits), the level never below minus the limit (0 with
+// none), and it refills by at least the whole limit per window.
 type mirror struct {
 	on           bool
 	level, limit float64
@@ -133,15 +138,19 @@ type mirror struct {
 	at, until    int64
 }
 
-// set makes b, as counted at at (ns), the budget at now, less since: what
-// the lane granted after at.
-func (m *mirror) set(b ProviderBudget, at, now int64, since float64) {
+// set makes b, as counted at at (ns), the budget, less since: what the lane
+// granted after at. window is the provider's (Config.ProviderWindow).
+func (m *mirror) set(b ProviderBudget, at int64, since float64, window time.Duration) {
 	if !b.Known {
 		return
 	}
-	*m = mirror{on: true, level: float64(b.Remaining) - since, limit: float64(b.Limit), at: at, until: at + int64(b.Reset)}
-	if b.Limit > b.Remaining && b.Reset > 0 {
-		m.rate = float64(b.Limit-b.Remaining) / float64(b.Reset)
+	*m = mirror{on: true, limit: float64(b.Limit), at: at, until: at + int64(b.Reset)}
+	m.level = max(-m.limit, float64(b.Remaining)-since)
+	if b.Limit > 0 {
+		m.rate = m.limit / float64(window)
+		if b.Limit > b.Remaining && b.Reset > 0 {
+			m.rate = max(m.rate, float64(b.Limit-b.Remaining)/float64(b.Reset))
+		}
 	}
 }
 
@@ -193,7 +202,7 @@ func (m *mirror) fits(cost float64, now int64) (bool, int64) {
 
 func (m *mirror) take(cost float64, now int64) {
 	if m.active(now) {
-		m.level, m.at = m.levelAt(now)-cost, now
+		m.level, m.at = max(-m.limit, m.levelAt(now)-cost), now
 	}
 }
 
@@ -210,6 +219,10 @@ type laneTokens struct {
 	// said anything (ns; 0: never).
 	provTokens, provRequests mirror
 	hold, said               int64
+	// provLimit is the token limit the provider last announced (0: none):
+	// a call estimated above it is refused, whether or not the provider's
+	// budget is whole now. A reload forgets it.
+	provLimit int64
 	// at is when the budgets were last looked at (ns): a grant follows
 	// that look at once, under the same lock, and is charged then.
 	at int64
@@ -310,9 +323,10 @@ func (l *lane) tooLargeLocked(cfg *Config, cost int64) error {
 		budget, limit = "tokens_per_minute", cfg.TokensPerMinute
 	case cfg.MaxInflightTokens > 0 && cost > cfg.MaxInflightTokens:
 		budget, limit = "max_inflight_tokens", cfg.MaxInflightTokens
-	case l.tok != nil && l.tok.provTokens.on && l.tok.provTokens.limit > 0 && float64(cost) > l.tok.provTokens.limit &&
-		l.tok.provTokens.active(l.nowNS()):
-		budget, limit = "provider", int64(l.tok.provTokens.limit)
+	case cost > MaxCallTokens:
+		budget, limit = "max_call_tokens", MaxCallTokens
+	case l.tok != nil && l.tok.provLimit > 0 && cost > l.tok.provLimit:
+		budget, limit = "provider", l.tok.provLimit
 	default:
 		return nil
 	}
@@ -366,8 +380,8 @@ func (l *lane) takeTokensLocked(h *hold, cost int64) {
 	tk := l.tok
 	h.est, h.cost = cost, cost
 	tk.inflight += cost
-	if tk.bucket.on {
-		tk.bucket.level -= float64(cost)
+	if b := &tk.bucket; b.on {
+		b.level = max(-b.cap, b.level-float64(cost))
 	}
 	tk.provTokens.take(float64(cost), tk.at)
 	tk.provRequests.take(1, tk.at)
@@ -389,7 +403,11 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		return
 	}
 	tk := l.tok
-	used := max(0, u.Prompt) + max(0, u.Completion)
+	if b, changed := BoundUsage(u, usageCeiling(l.lim.cfg.Load(), tk.provLimit)); changed {
+		l.warnUsage(u, b)
+		u = b
+	}
+	used := u.Total()
 	if b := &tk.bucket; b.on {
 		if used > h.cost {
 			// Taking more must refill first: the bucket may have been
@@ -397,8 +415,10 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 			b.refill(l.nowNS())
 		}
 		// Giving back needs no clock: the refill is linear, and capping
-		// before or after adding gives the same.
-		b.level = min(b.cap, b.level-float64(used-h.cost))
+		// before or after adding gives the same. A bucket owes at most
+		// one budget: whatever a usage says, it is whole again within
+		// two minutes.
+		b.level = max(-b.cap, min(b.cap, b.level-float64(used-h.cost)))
 	}
 	if !h.settled {
 		l.freshenLocked() // the statistics' step, without reading the clock every time
@@ -430,7 +450,7 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	if cfg.MaxInflight == 0 || (!pl.Tokens.Known && !pl.Requests.Known && pl.RetryAfter <= 0) {
 		return
 	}
-	pl.RetryAfter = min(pl.RetryAfter, MaxRetryAfterHold)
+	pl = BoundProviderLimits(pl, cfg.providerWindow())
 	if l.backend != nil {
 		if ll, ok := pl.Slot.lease().(LimitsLease); ok {
 			ll.RecordLimits(pl)
@@ -452,14 +472,29 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 		at = ln.ns(pl.At)
 	}
 	tokens, calls := tk.grantedSince(at)
-	tk.provTokens.set(pl.Tokens, at, ns, tokens)
-	tk.provRequests.set(pl.Requests, at, ns, calls)
+	tk.provTokens.set(pl.Tokens, at, tokens, cfg.providerWindow())
+	tk.provRequests.set(pl.Requests, at, calls, cfg.providerWindow())
+	if pl.Tokens.Known && pl.Tokens.Limit > 0 {
+		tk.provLimit = pl.Tokens.Limit
+	}
 	if d := pl.RetryAfter; d > 0 {
 		tk.hold = max(tk.hold, ns+int64(d))
 	}
 	ln.touchLocked(now)
 	if ln.q.n > 0 {
 		ln.dispatchLocked(now)
+	}
+}
+
+// forgetProviderLocked forgets what the provider's headers said of the
+// lane: its budgets, its last announced limit and a 429's hold. A reload
+// does it, so that an operator who changed what the lane talks to (or
+// sees a lane held by a gateway's mistake) starts from a clean slate; the
+// next answer's headers say it again.
+func (l *lane) forgetProviderLocked() {
+	if tk := l.tok; tk != nil {
+		tk.provTokens, tk.provRequests = mirror{}, mirror{}
+		tk.hold, tk.said, tk.provLimit = 0, 0, 0
 	}
 }
 
@@ -511,11 +546,11 @@ func (l *lane) tokensNowLocked(cfg *Config, cost int64) bool {
 		}
 		l.tokensLocked(cfg)
 	}
+	if l.tooLargeLocked(cfg, cost) != nil {
+		return false // refused, budget or none (a call above MaxCallTokens)
+	}
 	if !l.tok.binds(cfg) {
 		return true
-	}
-	if l.tooLargeLocked(cfg, cost) != nil {
-		return false
 	}
 	ok, _, _ := l.tokensFitLocked(cfg, cost, l.nowNS())
 	return ok
@@ -537,6 +572,10 @@ func (s *Slot) Settle(u Usage) {
 	if h.lane.lim.backend != nil {
 		// A shared lane's budget is its Backend's.
 		if lease, ok := s.lease().(SettlingLease); ok {
+			if b, changed := BoundUsage(u, usageCeiling(h.lane.lim.cfg.Load(), 0)); changed {
+				h.lane.warnUsage(u, b)
+				u = b
+			}
 			lease.Settle(u)
 		}
 		return
@@ -578,6 +617,8 @@ func (l *Limiter) checkBackend(cfg *Config) error {
 func tooLarge(cfg *Config, key string, cost int64) error {
 	switch {
 	case cost <= 0:
+	case cost > MaxCallTokens:
+		return &TokenBudgetError{Lane: key, Tokens: cost, Budget: "max_call_tokens", Limit: MaxCallTokens}
 	case cfg.TokensPerMinute > 0 && cost > cfg.TokensPerMinute:
 		return &TokenBudgetError{Lane: key, Tokens: cost, Budget: "tokens_per_minute", Limit: cfg.TokensPerMinute}
 	case cfg.MaxInflightTokens > 0 && cost > cfg.MaxInflightTokens:

@@ -356,16 +356,16 @@ func TestTokensProviderCountedEarlier(t *testing.T) {
 	h.clock.Advance(time.Second)
 	a := h.takeCost("a", limiter.Default, 300)
 	// Counted at 0.5 s, before a was granted: 500 left then, 500 to refill
-	// in 60 s; a's 300 come off: 200 and 4 refilled.
-	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 500, Reset: time.Minute},
+	// in 30 s (1,000 a minute); a's 300 come off: 200 and 8 refilled.
+	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 500, Reset: 30 * time.Second},
 		At: t0.Add(500 * time.Millisecond)})
-	if got := *h.lane("L").Tokens.Remaining; got != 204 {
-		t.Fatalf("remaining %d, want 204 (500 counted, less a's 300, and 0.5 s of refill)", got)
+	if got := *h.lane("L").Tokens.Remaining; got != 208 {
+		t.Fatalf("remaining %d, want 208 (500 counted, less a's 300, and 0.5 s of refill)", got)
 	}
 	h.queue(costing(250), "L", "b", limiter.Default)
-	h.clock.Advance(5 * time.Second) // 204 + 41.7
+	h.clock.Advance(2400 * time.Millisecond) // 208.3 + 40
 	h.noneEnded()
-	h.clock.Advance(600 * time.Millisecond)
+	h.clock.Advance(200 * time.Millisecond)
 	h.expectGrant("b").Release()
 	a.Release()
 }

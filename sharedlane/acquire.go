@@ -69,6 +69,10 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		if len(res) != 3 {
 			return nil, fmt.Errorf("sharedlane: unexpected answer %v", v)
 		}
+		if res[0] == "too_large" {
+			limit, _ := res[2].(int64)
+			return nil, &limiter.TokenBudgetError{Lane: r.Lane, Tokens: r.Tokens, Budget: "provider", Limit: limit}
+		}
 		id := fmt.Sprint(res[1])
 		if res[0] == "granted" {
 			return b.hold(lk, id, r, sent), nil

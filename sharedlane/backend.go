@@ -140,7 +140,7 @@ func (b *Backend) keysOf(lane string) *laneKeys {
 	h.Write([]byte(lane))
 	tag := fmt.Sprintf("%016x", h.Sum64())
 	lk := &laneKeys{lane: lane, tag: tag}
-	for _, k := range []string{"h", "hc", "qx", "qc", "q0", "q1", "q2", "g", "m", "t"} {
+	for _, k := range []string{"h", "hc", "qx", "qc", "q0", "q1", "q2", "g", "m", "t", "pv"} {
 		lk.keys = append(lk.keys, b.cfg.KeyPrefix+":{"+tag+"}:"+k)
 	}
 	lk.used.Store(time.Now().UnixNano())
@@ -281,6 +281,21 @@ func (b *Backend) markDown(err error) {
 // KeepsTokenBudgets reports true: lane.lua decides the token budgets with
 // the slot (limiter.TokenBackend).
 func (b *Backend) KeepsTokenBudgets() bool { return true }
+
+// ForgetProviders forgets what the provider's headers said of the lanes
+// keys, in Redis, for every process (limiter.ProviderForgetter): a reload
+// starts them from a clean slate. A lane Redis cannot be reached for
+// within ctx keeps it; it binds for at most two provider windows.
+func (b *Backend) ForgetProviders(ctx context.Context, keys []string) {
+	for _, k := range keys {
+		if _, err := b.run(ctx, b.keysOf(k), "forget"); err != nil {
+			if !isScriptError(err) {
+				b.markDown(err)
+			}
+			return
+		}
+	}
+}
 
 func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.SharedLane {
 	out := map[string]limiter.SharedLane{}

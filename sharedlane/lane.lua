@@ -14,8 +14,9 @@
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
 --   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
 --               boot (the server's start, ms), tl and ta (the token budget's level and
---               when it was, ms), ti (the estimates of the calls holding slots), pv
---               (the provider's word, op limits: see provider)
+--               when it was, ms), ti (the estimates of the calls holding slots), pl
+--               (the token limit the provider last announced: a call estimated above
+--               it is refused; op forget clears it)
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds, or tokens, per
 --               unit of weight), p:NAME the part of it charged to calls in flight,
 --               e:NAME the mean slot-time of its calls (s), i:NAME its slots held, est
@@ -23,6 +24,8 @@
 --               (a call has named a tenant: grants are charged from then on), tok (a
 --               call carried a token estimate: service is counted in tokens from
 --               then on, as in package limiter) and pc (the mean tokens of a call)
+--   11 pv  STRING  the provider's word (op limits: see provider), which expires
+--               when it stops binding: at most two provider windows after it was said
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
 -- waiting in class c; q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
 -- Tenant names never hold '@'.
@@ -53,7 +56,7 @@
 -- their string order is their enqueue order (FIFO among equal arrivals)
 -- and an id can never be mistaken for another after the lane's counter
 -- expires with the lane.
-local H, HC, QX, QC, G, M, T = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9], KEYS[10]
+local H, HC, QX, QC, G, M, T, PV = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local Q = {KEYS[5], KEYS[6], KEYS[7]}
 local op, channel, tag = ARGV[1], ARGV[2], ARGV[3]
 local ttl, limit, reserve, step = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -166,13 +169,17 @@ local function setLevel(l)
 end
 -- The provider's word (op limits): what the rate-limit headers of an answer
 -- said of the lane's budgets at the provider, whichever process's call it
--- was, kept in m's field pv as "tokens|requests|hold|said". Each budget is
--- a mirror, "level|at|limit|rate|until" (tokens, ms, tokens per ms; all
--- empty when not said): the level as of at, refilling at rate towards the
--- limit, so as to be whole at the reset (until), less what the lane granted
--- since. It binds until the reset, and past it until it has refilled to
--- the limit (package limiter's rules). hold is when a 429's Retry-After
--- ends. A lane whose answers carry no headers reads one field per script.
+-- was, kept in key pv as "tokens|requests|hold|said". Each budget is a
+-- mirror, "level|at|limit|rate|until" (tokens, ms, tokens per ms; all empty
+-- when not said): the level as of at, refilling at rate towards the limit,
+-- so as to be whole at the reset (until), less what the lane granted since.
+-- It binds until the reset, and past it until it has refilled to the limit
+-- (package limiter's rules). hold is when a 429's Retry-After ends. As in
+-- package limiter, whatever the headers said, it binds for at most two
+-- provider windows: the reset is at most a window away (the caller bounds
+-- it), the level never below minus the limit, and the rate at least the
+-- limit per window; the key expires when it stops binding. A lane whose
+-- answers carry no headers reads one key per script.
 local prov, provRead
 local function mirrorOf(f, i)
   if f[i] == '' then return nil end
@@ -190,22 +197,31 @@ local function mirrorStr(x)
   if x == nil then return '||||' end
   return exact(x.l) .. '|' .. x.a .. '|' .. x.m .. '|' .. exact(x.r) .. '|' .. x.u
 end
+-- mbinds returns how long mirror x binds from now (ms, 0 if it does not).
+local function mbinds(x)
+  if not mactive(x) then return 0 end
+  local d = x.u - now
+  if x.r > 0 then d = math.max(d, (x.m - mlevel(x)) / x.r) end
+  return math.max(0, d)
+end
 local function saveProvider()
   local p = prov
   if not mactive(p.t) then p.t = nil end
   if not mactive(p.q) then p.q = nil end
   if p.t == nil and p.q == nil and now >= p.hold then
-    redis.call('HDEL', M, 'pv')
+    redis.call('DEL', PV)
     prov = nil
   else
-    redis.call('HSET', M, 'pv', mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said)
+    local life = math.max(mbinds(p.t), mbinds(p.q), p.hold - now)
+    redis.call('SET', PV, mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said,
+      'PX', math.max(1, math.ceil(life)))
   end
 end
 -- provider returns the provider's word, or nil when nothing of it binds.
 local function provider()
   if not provRead then
     provRead = true
-    local v = redis.call('HGET', M, 'pv')
+    local v = redis.call('GET', PV)
     if v then
       local f = fields(v, 12)
       prov = {t = mirrorOf(f, 1), q = mirrorOf(f, 6), hold = tonumber(f[11]), said = tonumber(f[12])}
@@ -231,7 +247,7 @@ local function provTake(cost)
   local p = provider()
   if p == nil then return end
   for _, x in ipairs({{p.t, cost}, {p.q, 1}}) do
-    if mactive(x[1]) then x[1].l, x[1].a = mlevel(x[1]) - x[2], now end
+    if mactive(x[1]) then x[1].l, x[1].a = math.max(-x[1].m, mlevel(x[1]) - x[2]), now end
   end
   saveProvider()
 end
@@ -252,7 +268,7 @@ end
 local function takeTokens(call, cost)
   provTake(call)
   local l = level()
-  if l ~= nil then setLevel(l - cost) end
+  if l ~= nil then setLevel(math.max(-tpm, l - cost)) end
   if cost ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', cost) end
 end
 
@@ -481,6 +497,11 @@ if op == 'acquire' then
   -- +5 id suffix, +6 tenant, +7 its weight, +8 its estimate (tokens)
   local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
   local tenant, w, cost = ARGV[A + 6], tonumber(ARGV[A + 7]), tonumber(ARGV[A + 8])
+  local pl = tonumber(redis.call('HGET', M, 'pl') or '') or 0
+  if pl > 0 and cost > pl then
+    -- Larger than the provider's whole limit: it could never be served.
+    return {'too_large', '', pl}
+  end
   redis.call('HSET', M, 'lane', ARGV[A + 4])
   if tenant ~= 'default' then redis.call('HSETNX', T, 'measured', 1) end
   local n, others = counts()
@@ -560,8 +581,11 @@ elseif op == 'settle' then
   local v = redis.call('HGET', HC, id)
   if v then
     local f = fields(v, 10)
+    -- No call costs more than a whole budget (the caller bounds the rest).
+    local ceil = math.max(tpm, maxtok, tonumber(redis.call('HGET', M, 'pl') or '') or 0)
+    if ceil > 0 then used = math.min(used, ceil) end
     local l = level()
-    if l ~= nil then setLevel(math.min(tpm, l - (used - (tonumber(f[7]) or 0)))) end
+    if l ~= nil then setLevel(math.max(-tpm, math.min(tpm, l - (used - (tonumber(f[7]) or 0))))) end
     f[7], f[8] = used, used
     redis.call('HSET', HC, id, table.concat(f, '|'))
     dispatch()
@@ -572,7 +596,8 @@ elseif op == 'settle' then
 elseif op == 'limits' then
   -- ARGV A+1 the id of the slot whose answer carried the headers, then for
   -- tokens (+2..+5) and requests (+6..+9): known (1 or 0), limit, remaining,
-  -- reset (ms); +10 a 429's Retry-After (ms, at most 60 s; 0: none). The
+  -- reset (ms, at most the window); +10 a 429's Retry-After (ms, at most
+  -- 60 s; 0: none); +11 the provider's window (ms). The
   -- provider counted when that call arrived: the grants after its own
   -- (the holders' grant counts) are not in its count and are taken from
   -- it. A call granted after it that has already ended is not known here:
@@ -595,19 +620,30 @@ elseif op == 'limits' then
   end
   provider()
   local p = prov or {hold = 0}
+  local window = tonumber(ARGV[A + 11])
   local function set(i, since, old)
     if ARGV[A + i] ~= '1' then return old end
     local limit, remaining, reset = tonumber(ARGV[A + i + 1]), tonumber(ARGV[A + i + 2]), tonumber(ARGV[A + i + 3])
-    local x = {l = remaining - since, a = at, m = limit, r = 0, u = at + reset}
-    if limit > remaining and reset > 0 then x.r = (limit - remaining) / reset end
+    local x = {l = math.max(-limit, remaining - since), a = at, m = limit, r = 0, u = at + reset}
+    if limit > 0 then
+      x.r = limit / window
+      if limit > remaining and reset > 0 then x.r = math.max(x.r, (limit - remaining) / reset) end
+    end
     return x
   end
   p.t, p.q = set(2, toks, p.t), set(6, calls, p.q)
+  if ARGV[A + 2] == '1' and tonumber(ARGV[A + 3]) > 0 then redis.call('HSET', M, 'pl', ARGV[A + 3]) end
   local ra = tonumber(ARGV[A + 10])
   if ra > 0 then p.hold = math.max(p.hold, now + ra) end
   p.said = now
   prov = p
   saveProvider()
+  dispatch()
+  out = 1
+elseif op == 'forget' then
+  -- A reload: forget what the provider said of the lane.
+  redis.call('DEL', PV)
+  redis.call('HDEL', M, 'pl')
   dispatch()
   out = 1
 elseif op == 'take' then
@@ -688,7 +724,7 @@ end
 local function expire(k)
   if op ~= 'state' or redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
 end
-for i = 1, #KEYS do expire(KEYS[i]) end
+for i = 1, #KEYS - 1 do expire(KEYS[i]) end -- pv has a life of its own
 -- The keys made from the lane's exist only while calls wait.
 if redis.call('EXISTS', Q[1] .. '@', Q[2] .. '@', Q[3] .. '@') > 0 then
   for c = 0, 2 do

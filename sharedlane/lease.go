@@ -77,7 +77,16 @@ func (l *lease) RecordLimits(pl limiter.ProviderLimits) {
 		}
 		return []any{1, p.Limit, p.Remaining, p.Reset.Milliseconds()}
 	}
-	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds())
+	window := limiter.DefaultProviderWindow
+	l.b.mu.Lock()
+	lk := l.lk
+	l.b.mu.Unlock()
+	if lk != nil {
+		if cfg := lk.cfg.Load(); cfg != nil && cfg.ProviderWindow > 0 {
+			window = cfg.ProviderWindow
+		}
+	}
+	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds(), window.Milliseconds())
 	if local := l.report("limits", args...); local != nil {
 		l.b.local.RecordLimits(context.Background(), local.Lane(), pl) // no Backend there: pl.Slot is not read
 	}

@@ -80,6 +80,11 @@ type LimiterConfig struct {
 	// ColdStart makes each new lane send one call until the first
 	// answer's headers (see limiter.Config.ColdStart); not with shared.
 	ColdStart bool `yaml:"cold_start"`
+	// ProviderWindow is the window over which the provider refills the
+	// budgets its rate-limit headers announce (see
+	// limiter.Config.ProviderWindow): a reset is taken as at most this
+	// long. 0: 60 s.
+	ProviderWindow Duration `yaml:"provider_window"`
 }
 
 // FairnessConfig is limiter.fairness.
@@ -414,6 +419,7 @@ func (c *Config) limiterConfig() limiter.Config {
 	}
 	lc.TokensPerMinute, lc.MaxInflightTokens = c.Limiter.TokensPerMinute, c.Limiter.MaxInflightTokens
 	lc.ColdStart = c.Limiter.ColdStart
+	lc.ProviderWindow = time.Duration(c.Limiter.ProviderWindow)
 	f := c.Limiter.Fairness
 	lc.Fairness = &limiter.Fairness{Weights: f.Weights, MaxInflightPerTenant: f.MaxInflightPerTenant, MaxTenants: c.Limits.MaxTenants}
 	return lc

@@ -468,6 +468,11 @@ func (c *Controller) hold(now time.Time, limit int, d time.Duration) {
 // full).
 func (c *Controller) Interactive(now time.Time) { c.interactiveAt = now }
 
+// maxRetryAfter bounds how long one loss's Retry-After holds the limit
+// down, twice the hold-off: a gateway's answer must not pin a lane's limit
+// for a day (limiter.MaxRetryAfterHold bounds its hold of the grants).
+const maxRetryAfter = 2 * holdOff
+
 // Loss takes a loss signal (what: "rate_limited", "server_error", ...)
 // from an exchange sent at sent, with the Retry-After it asked for.
 func (c *Controller) Loss(now, sent time.Time, what string, retryAfter time.Duration) {
@@ -484,7 +489,7 @@ func (c *Controller) Loss(now, sent time.Time, what string, retryAfter time.Dura
 	// The load the lost call was sent into was too many.
 	at := min(limit, c.loadAt(sent, limit)) - 1
 	c.undo = nil // a loss is no jitter
-	c.hold(now, at, max(holdOff, retryAfter))
+	c.hold(now, at, max(holdOff, min(retryAfter, maxRetryAfter)))
 	c.lossHeld = at
 	next = min(next, at)
 	c.lossAt = now

@@ -249,6 +249,13 @@ func TestAdaptiveLoss(t *testing.T) {
 	if a.limit() != 7 {
 		t.Fatalf("Retry-After 20 min: %d after 6 min, want held at 7", a.limit())
 	}
+	// ...but for at most twice the hold-off: a gateway's Retry-After
+	// cannot pin the limit for its 20 minutes.
+	a.clock.Advance(4*time.Minute + time.Second)
+	grow(10)
+	if a.limit() <= 7 {
+		t.Fatalf("Retry-After 20 min: %d after 10 min, want grown past 7 (the hold is at most 2 × HoldOff)", a.limit())
+	}
 	// A loss holds one slot below the load the lost call was sent into,
 	// not below the limit: 4 in flight under a limit of 7, a 429: held
 	// at 3.

@@ -3,6 +3,7 @@ package lanehttp
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"math/bits"
 )
 
@@ -29,8 +30,14 @@ type Estimate struct {
 	Output int64
 }
 
-// Total returns Prompt plus Output.
-func (e Estimate) Total() int64 { return e.Prompt + e.Output }
+// Total returns Prompt plus Output, at most math.MaxInt64: a call that
+// asks for more than limiter.MaxCallTokens is refused by the lane.
+func (e Estimate) Total() int64 {
+	if e.Output > math.MaxInt64-e.Prompt {
+		return math.MaxInt64
+	}
+	return e.Prompt + e.Output
+}
 
 // EstimateTokens estimates the cost of the model call whose body is body,
 // a JSON object known to be valid (ModelOf has accepted it), with
@@ -92,7 +99,13 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 	case maxOutput >= 0:
 		out = maxOutput
 	}
-	e.Output = out * n
+	// Saturating: max_tokens 999999999999999999 with n 10 is a call too
+	// large for any lane, not a negative one that fits every budget.
+	if out > math.MaxInt64/n {
+		e.Output = math.MaxInt64
+	} else {
+		e.Output = out * n
+	}
 	return e
 }
 
@@ -166,9 +179,11 @@ func stringTokens(s []byte) int64 {
 	return (units+3)/4 + 1
 }
 
-// intValue returns the JSON integer v, or -1 if it is not one (null, say).
+// intValue returns the JSON integer v at least 0, at most math.MaxInt64
+// (a longer one saturates), or -1 if it is not one (null, a negative or a
+// fraction, say).
 func intValue(v []byte) int64 {
-	if len(v) == 0 || len(v) > 18 {
+	if len(v) == 0 {
 		return -1
 	}
 	var n int64
@@ -176,7 +191,11 @@ func intValue(v []byte) int64 {
 		if c < '0' || c > '9' {
 			return -1
 		}
-		n = n*10 + int64(c-'0')
+		if d := int64(c - '0'); n > (math.MaxInt64-d)/10 {
+			n = math.MaxInt64
+		} else {
+			n = n*10 + d
+		}
 	}
 	return n
 }

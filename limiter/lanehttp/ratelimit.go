@@ -26,7 +26,10 @@ const noResetFor = time.Second
 //   - for a 429 only: retry-after-ms, else Retry-After (seconds, or an
 //     HTTP date).
 //
-// A remaining count without a reset binds for 1 s.
+// A remaining count without a reset binds for 1 s. Every value is bounded
+// (limiter.BoundProviderLimits with limiter.MaxProviderWindow): a reset
+// dated in the year 9999 reads as an hour, and the lane bounds it again to
+// its provider window.
 func RateLimits(h http.Header, status int, now time.Time) (limiter.ProviderLimits, bool) {
 	var pl limiter.ProviderLimits
 	pl.Tokens = budget(h, now, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens")
@@ -40,6 +43,9 @@ func RateLimits(h http.Header, status int, now time.Time) (limiter.ProviderLimit
 	if status == http.StatusTooManyRequests {
 		pl.RetryAfter = retryAfter(h, now)
 	}
+	// Bounded at the widest window a lane takes; the lane bounds it to its
+	// own (limiter.Config.ProviderWindow).
+	pl = limiter.BoundProviderLimits(pl, limiter.MaxProviderWindow)
 	return pl, pl.Tokens.Known || pl.Requests.Known || pl.RetryAfter > 0
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -181,8 +182,10 @@ func TestProviderHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := r.snapshot().Tokens.Provider
-	if p.Tokens == nil || p.Tokens.Limit != 10000 || p.Tokens.Remaining != 1500 || p.Tokens.Reset != 360 {
-		t.Fatalf("provider tokens %+v, want 1,500 of 10,000, reset in 360 s", p.Tokens)
+	// The reset of 6 minutes is taken as the provider's window, 60 s (the
+	// default of limiter.Config.ProviderWindow).
+	if p.Tokens == nil || p.Tokens.Limit != 10000 || p.Tokens.Remaining != 1500 || p.Tokens.Reset != 60 {
+		t.Fatalf("provider tokens %+v, want 1,500 of 10,000, reset in 60 s (6 min capped at the window)", p.Tokens)
 	}
 	// 1,500 remain: a call estimated at more than that waits.
 	big := params()
@@ -195,7 +198,7 @@ func TestProviderHeaders(t *testing.T) {
 	if w := r.snapshot().Tokens.WaitingFor["default"]; w != limiter.WaitProvider {
 		t.Fatalf("c waits for %q, want %q", w, limiter.WaitProvider)
 	}
-	// 8,500 tokens refill in 360 s: the ~110 missing in under 5 s.
+	// 8,500 tokens refill in 60 s: the ~110 missing in under 5 s.
 	r.clock.Advance(5 * time.Second)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -276,8 +279,10 @@ func FuzzEstimateTokens(f *testing.F) {
 		bound, n := int64(1024), int64(1)
 		for _, f := range []*json.Number{v.MaxOutputTokens, v.MaxTokens, v.MaxCompletionTokens} {
 			if f != nil {
-				if x, err := f.Int64(); err == nil && x >= 0 && x < 1e18 {
+				if x, err := f.Int64(); err == nil && x >= 0 {
 					bound = x
+				} else if digits(f.String()) {
+					bound = math.MaxInt64 // an integer past int64: saturated, not ignored
 				}
 			}
 		}
@@ -286,8 +291,20 @@ func FuzzEstimateTokens(f *testing.F) {
 				n = min(x, 128)
 			}
 		}
-		if e.Output != bound*n {
-			t.Fatalf("EstimateTokens(%q).Output = %d, want %d x %d", body, e.Output, bound, n)
+		want := int64(math.MaxInt64)
+		if bound <= math.MaxInt64/n {
+			want = bound * n
+		}
+		if e.Output != want {
+			t.Fatalf("EstimateTokens(%q).Output = %d, want %d x %d, saturated", body, e.Output, bound, n)
+		}
+		if e.Total() < e.Output || e.Total() < e.Prompt {
+			t.Fatalf("EstimateTokens(%q).Total() = %d: overflowed", body, e.Total())
 		}
 	})
+}
+
+// digits reports whether s is a non-empty run of decimal digits.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }

@@ -408,7 +408,7 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	}
 	if v := res.Header.Get("Retry-After"); v != "" && res.StatusCode >= 400 {
 		if secs, err := strconv.Atoi(v); err == nil && secs > 0 {
-			x.retryAfter = time.Duration(secs) * time.Second
+			x.retryAfter = time.Duration(min(secs, int(limiter.MaxRetryAfterHold/time.Second))) * time.Second
 		}
 	}
 	x.rc = res.Body

@@ -2,6 +2,7 @@ package lanehttp
 
 import (
 	"bytes"
+	"encoding/json"
 
 	"github.com/llmlanes/llmlanes/limiter"
 )
@@ -117,8 +118,10 @@ func (u *usageScan) capture(p []byte) []byte {
 
 // read takes the counts of one usage object.
 func (u *usageScan) read(obj []byte) {
-	if len(obj) == maxUsageBytes {
-		return // cut: not to be trusted
+	if len(obj) == maxUsageBytes || !json.Valid(obj) {
+		// Cut, or not JSON (a gateway's bug or a lie): not to be trusted,
+		// and the skip functions below walk only valid JSON.
+		return
 	}
 	i := skipSpace(obj, 1)
 	for i < len(obj) && obj[i] != '}' {
@@ -156,22 +159,27 @@ func (u *usageScan) read(obj []byte) {
 // output an event a token for a stream (OpenAI's and compatible servers
 // send about one token a chunk), or for a whole answer its bytes at 4 a
 // token.
+//
+// Each count is at most limiter.MaxCallTokens, whatever the answer says
+// (the lane bounds it again by its budgets: limiter.BoundUsage).
 func (u *usageScan) settle(est Estimate, status int, stream bool) (limiter.Usage, bool) {
 	if u.prompt >= 0 || u.completion >= 0 {
 		r := limiter.Usage{Prompt: u.prompt, Completion: max(u.completion, 0)}
 		if r.Prompt < 0 {
 			r.Prompt = est.Prompt
 		}
+		r.Prompt, r.Completion = min(r.Prompt, limiter.MaxCallTokens), min(r.Completion, limiter.MaxCallTokens)
 		return r, true
 	}
 	if status >= 400 {
 		return limiter.Usage{}, false
 	}
-	r := limiter.Usage{Prompt: est.Prompt}
+	r := limiter.Usage{Prompt: min(est.Prompt, limiter.MaxCallTokens)}
 	if stream {
 		r.Completion = u.events
 	} else {
 		r.Completion = (u.bytes + 3) / 4
 	}
+	r.Completion = min(r.Completion, limiter.MaxCallTokens)
 	return r, false
 }

@@ -1,0 +1,121 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/limiter"
+)
+
+// A provider's word binds for at most two windows, whatever it says: a
+// reset of a hundred years is taken as the window (60 s by default, or
+// the configured one), and the budget refills by at least its limit per
+// window. On the fake clock.
+func TestProviderWordBounded(t *testing.T) {
+	for _, c := range []struct {
+		window    time.Duration
+		wantReset float64
+	}{{0, 60}, {10 * time.Minute, 600}} {
+		cfg := budgetCfg(4, 0, 0)
+		cfg.ProviderWindow = c.window
+		h := newHarness(t, cfg)
+		h.take("L", "first", limiter.Default).Release()
+		h.lim.RecordLimits(context.Background(), "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 0, Reset: 100 * 365 * 24 * time.Hour}})
+		p := h.lane("L").Tokens.Provider
+		if p == nil || p.Tokens == nil || float64(p.Tokens.Reset) != c.wantReset {
+			t.Fatalf("window %s: provider %+v, want a reset of %v s", c.window, p, c.wantReset)
+		}
+		// 500 tokens at 1,000 a window.
+		w := c.window
+		if w == 0 {
+			w = limiter.DefaultProviderWindow
+		}
+		h.queue(costing(500), "L", "a", limiter.Default)
+		h.clock.Advance(w * 49 / 100)
+		h.noneEnded()
+		h.clock.Advance(w * 2 / 100)
+		h.expectGrant("a").Release()
+	}
+}
+
+// A mirror and a bucket never owe more than one limit or budget: a grant
+// estimated far above what the provider's count said remains leaves the
+// mirror at minus the limit, whole again within two windows.
+func TestProviderWordFloor(t *testing.T) {
+	h := newHarness(t, budgetCfg(4, 0, 0))
+	h.take("L", "first", limiter.Default).Release()
+	ctx := context.Background()
+	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 1000, Reset: time.Second}})
+	a := h.takeCost("a", limiter.Default, 1000)
+	// Counted before a was granted: 1,000 remain, less a's 1,000 and the
+	// 1,000 that the count is short of: not -1,000 but floored at -1,000.
+	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 0, Reset: time.Minute},
+		At: t0})
+	if got := h.lane("L").Tokens.Provider.Tokens.Remaining; got != -1000 {
+		t.Fatalf("remaining %d, want -1,000 (the floor)", got)
+	}
+	a.Release()
+	h.queue(costing(1000), "L", "b", limiter.Default)
+	h.clock.Advance(119 * time.Second)
+	h.noneEnded()
+	h.clock.Advance(time.Second)
+	h.expectGrant("b").Release()
+}
+
+// A call estimated above the provider's last announced limit is refused,
+// whether or not the provider's budget is whole now; one above
+// MaxCallTokens is refused with no budget and no provider word at all. A
+// reload forgets the provider's word, its limit included.
+func TestProviderLimitRefused(t *testing.T) {
+	h := newHarness(t, budgetCfg(4, 0, 0))
+	var be *limiter.TokenBudgetError
+	if _, err := h.lim.Acquire(costing(limiter.MaxCallTokens+1), "L"); !errors.As(err, &be) || be.Budget != "max_call_tokens" {
+		t.Fatalf("a call of MaxCallTokens+1: %v, want a TokenBudgetError for max_call_tokens", err)
+	}
+	h.take("L", "first", limiter.Default).Release()
+	h.lim.RecordLimits(context.Background(), "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 1000, Reset: time.Second}})
+	h.clock.Advance(2 * time.Second) // past the reset, whole: binding nothing
+	if _, err := h.lim.Acquire(costing(1001), "L"); !errors.As(err, &be) || be.Budget != "provider" || be.Limit != 1000 {
+		t.Fatalf("a call of 1,001: %v, want a TokenBudgetError for the provider's 1,000", err)
+	}
+	if err := h.lim.SetConfig(h.lim.Config()); err != nil {
+		t.Fatal(err)
+	}
+	if tk := h.lane("L").Tokens; tk != nil && tk.Provider != nil {
+		t.Fatalf("after a reload: provider %+v, want none", tk.Provider)
+	}
+	h.takeCost("big", limiter.Default, 1001).Release()
+}
+
+// A usage beyond what a call can cost counts as at most a whole budget:
+// the bucket owes at most one budget.
+func TestUsageBounded(t *testing.T) {
+	h := newHarness(t, budgetCfg(4, 1000, 0))
+	a := h.takeCost("a", limiter.Default, 10)
+	a.Settle(limiter.Usage{Prompt: 1 << 62, Completion: 1 << 62})
+	a.Release()
+	if got := *h.lane("L").Tokens.Remaining; got != 0 {
+		t.Fatalf("remaining %d, want 0 (the usage counted as the whole budget)", got)
+	}
+	b, changed := limiter.BoundUsage(limiter.Usage{Prompt: -5, Completion: 1 << 62}, 0)
+	if !changed || b != (limiter.Usage{Prompt: 0, Completion: limiter.MaxCallTokens}) {
+		t.Fatalf("BoundUsage: %+v, %v", b, changed)
+	}
+	if _, changed := limiter.BoundUsage(limiter.Usage{Prompt: 10, Completion: 20}, 1000); changed {
+		t.Fatal("BoundUsage changed a usage within its bounds")
+	}
+}
+
+// provider_window is validated.
+func TestProviderWindowValidated(t *testing.T) {
+	for _, w := range []time.Duration{-time.Second, 2 * time.Hour} {
+		c := cfgN(2)
+		c.ProviderWindow = w
+		var se *limiter.SettingError
+		if err := c.Validate(); !errors.As(err, &se) || se.Setting != "provider_window" {
+			t.Errorf("provider_window %s: %v, want a SettingError", w, err)
+		}
+	}
+}
