@@ -119,3 +119,52 @@ func TestProviderWindowValidated(t *testing.T) {
 		}
 	}
 }
+
+// A tenant whose calls used far more than their estimates has its next
+// estimates raised by its own ratio (at most the lane's smallest budget);
+// a tenant whose calls kept within their estimates, or with none settled,
+// is estimated as it says. The raise fades
+// with a half-life of a minute. On the fake clock.
+func TestCalibration(t *testing.T) {
+	h := newHarness(t, budgetCfg(8, 60_000, 0))
+	as := func(tenant string, n int64) context.Context { return limiter.WithTenant(costing(n), tenant) }
+	inflight := func(id string, ctx context.Context) int64 {
+		t.Helper()
+		granted, r := h.call(ctx, "L", id, limiter.Default)
+		if !granted || r.err != nil {
+			t.Fatalf("%s: granted %v, %v", id, granted, r.err)
+		}
+		n := h.lane("L").Tokens.Inflight
+		r.slot.Settle(limiter.Usage{Prompt: 5, Completion: 5}) // within any estimate: teaches nothing
+		r.slot.Release()
+		return n
+	}
+	// The honest tenant settles within its estimate; the liar at 5,000
+	// times its estimate of 10.
+	s := h.takeCost("honest", limiter.Default, 100)
+	if n := inflight("h0", as("honest", 100)); n != 200 {
+		t.Fatalf("in flight %d, want 100 + 100", n)
+	}
+	s.Settle(limiter.Usage{Prompt: 40, Completion: 40})
+	s.Release()
+	granted, r := h.call(as("liar", 10), "L", "l0", limiter.Default)
+	if !granted {
+		t.Fatal("the liar's first call waits")
+	}
+	r.slot.Settle(limiter.Usage{Prompt: 10, Completion: 49_990})
+	r.slot.Release()
+	h.clock.Advance(time.Minute) // the bucket full again; the ratio at half
+	if n := inflight("l1", as("liar", 10)); n != 25_005 {
+		t.Fatalf("the liar's next call is estimated at %d, want 25,005 (10 × (1 + 4,999 / 2))", n)
+	}
+	if n := inflight("h1", as("honest", 100)); n != 100 {
+		t.Fatalf("the honest tenant's call is estimated at %d, want its own 100", n)
+	}
+	if n := inflight("n1", as("new", 100)); n != 100 {
+		t.Fatalf("a new tenant's call is estimated at %d, want its own 100", n)
+	}
+	h.clock.Advance(30 * time.Minute)
+	if n := inflight("l2", as("liar", 10)); n != 11 {
+		t.Fatalf("after 30 min the liar's call is estimated at %d, want about its own 10", n)
+	}
+}

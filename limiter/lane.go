@@ -100,6 +100,9 @@ type hold struct {
 	// charged now: est until Settle, then what it used (settled).
 	est, cost int64
 	settled   bool
+	// base is the call's estimate as its caller gave it, before
+	// calibrateLocked raised it.
+	base int64
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
@@ -193,6 +196,13 @@ func (l *lane) dispatchLocked(now time.Time) {
 	if l.q.n > 0 {
 		l.touchLocked(now)
 	}
+	// skipped are the tenants set aside for this dispatch (see below).
+	var skipped []*tenant
+	defer func() {
+		for _, t := range skipped {
+			l.q.unpark(t, l.ns(now))
+		}
+	}()
 	for l.q.n > 0 && !l.lim.closed.Load() {
 		l.settleDrainLocked(cfg)
 		w := l.nextLocked(cfg, l.ns(now))
@@ -207,11 +217,22 @@ func (l *lane) dispatchLocked(now time.Time) {
 				if wake > 0 {
 					l.wakeTokensLocked(wake)
 				}
+				if w.cost > w.base && !w.t.parked {
+					// But not one the lane raised for its tenant's
+					// under-estimates (calibrateLocked): the tenant's
+					// calls are set aside for this dispatch, and the
+					// others' go on, so that a liar cannot make everyone
+					// wait for the room its own lies need.
+					l.q.park(w.t)
+					skipped = append(skipped, w.t)
+					continue
+				}
 				return
 			}
 		}
 		l.dequeueLocked(w, now)
 		w.hold = l.takeLocked(cfg, w.prio, w.t, w.cost)
+		w.hold.base = w.base
 		w.gen = w.hold.gen
 		w.waited = now.Sub(w.enqueued)
 		l.stats.Wait(now, w.waited)
@@ -378,7 +399,7 @@ func (l *lane) stepEnded() {
 // out, or its context ends. It is called with mu held and returns with it
 // released: the lock must cover the enqueue and the first dispatch, and
 // must not be held while the call blocks.
-func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost int64) (Slot, error) {
+func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost, base int64) (Slot, error) {
 	if cost > 0 || l.tok != nil || cfg.budgeted() {
 		if err := l.admitTokensLocked(cfg, cost); err != nil {
 			l.mu.Unlock()
@@ -389,7 +410,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)
 	defer lim.putWaiter(w)
-	w.prio, w.t, w.cost, w.arrival, w.enqueued, w.seq = p, t, cost, now, now, l.seq
+	w.prio, w.t, w.cost, w.base, w.arrival, w.enqueued, w.seq = p, t, cost, base, now, now, l.seq
 	l.seq++
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
 		w.arrival = a

@@ -166,9 +166,11 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		ln.settleDrainLocked(cfg)
 	}
 	t := ln.tenantLocked(cfg, TenantFrom(ctx))
-	cost := TokensFrom(ctx)
+	base := TokensFrom(ctx)
+	cost := ln.calibrateLocked(cfg, t, base)
 	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) && ln.tokensNowLocked(cfg, cost) {
 		h := ln.grantNowLocked(cfg, p, t, cost)
+		h.base = base
 		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
@@ -176,7 +178,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		}
 		return Slot{h: h, gen: gen}, nil
 	}
-	return ln.waitLocked(ctx, cfg, p, t, cost)
+	return ln.waitLocked(ctx, cfg, p, t, cost, base)
 }
 
 // lane returns the lane named key, making it if it does not exist and

@@ -20,7 +20,8 @@ const (
 type waiter struct {
 	prio     Priority  // own class
 	t        *tenant   // whose call it is
-	cost     int64     // its estimate, in tokens (see WithTokens)
+	cost     int64     // its estimate, in tokens (see WithTokens), as calibrateLocked raised it
+	base     int64     // its estimate as its caller gave it
 	arrival  time.Time // logical arrival: drives aging
 	at       int64     // the same, in ns since the limiter's origin: orders the class
 	enqueued time.Time // when this acquisition started waiting

@@ -86,6 +86,9 @@ type tenant struct {
 	queued   int
 	parked   bool // at its cap: its calls are out of the queue's heads
 	q        [3]fifo
+	// over is how far its calls' use has lately run past their estimates
+	// (see calibrateLocked).
+	over over
 }
 
 func newTenant(name string, est float64) *tenant {

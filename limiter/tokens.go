@@ -297,7 +297,10 @@ func (l *lane) rebudgetLocked(cfg *Config) {
 	}
 	for w := l.q.oldest; w != nil; {
 		next := w.next
-		if err := l.tooLargeLocked(cfg, w.cost); err != nil {
+		// A raise (calibrateLocked) is at most the smallest budget: kept
+		// so under the new ones. Too large is what the caller asked for.
+		w.cost = min(w.cost, max(w.base, l.smallestBudgetLocked(cfg)))
+		if err := l.tooLargeLocked(cfg, w.base); err != nil {
 			t := l.lim.clock.Now()
 			l.dequeueLocked(w, t)
 			w.waited, w.err = t.Sub(w.enqueued), err
@@ -423,6 +426,7 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 	if !h.settled {
 		l.freshenLocked() // the statistics' step, without reading the clock every time
 		tk.win.add(l.stats.Current(), u, h.est)
+		l.learnLocked(h.t, h.base, used)
 	}
 	h.cost, h.settled = used, true
 	if l.q.n > 0 {

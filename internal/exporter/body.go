@@ -189,6 +189,11 @@ func (s *Server) readBody(body io.Reader, limit int64, h *bodyHold, c *bodyClock
 	}
 }
 
+// bodyPeak is the most a body of n bytes holds while it is read: its
+// chunks (n and at most one 32 KiB chunk more), then its copy beside them
+// (whole); 64 KiB covers the chunks' rounding.
+func bodyPeak(n int64) int64 { return 2*n + 64<<10 }
+
 // whole copies a body out of its chunks at its exact size, holding the
 // copy before the chunks are given back.
 func (s *Server) whole(chunks [][]byte, total int64, h *bodyHold) ([]byte, error) {

@@ -463,14 +463,25 @@ func (c *Config) checkBounds() error {
 			*b.v = b.def
 		}
 	}
+	// A body of proxy.max_body_bytes holds up to bodyPeak of it while it
+	// is read: a budget smaller than that would answer such a body a
+	// retryable 503 every time, and it could never pass.
+	peak := bodyPeak(c.Proxy.MaxBodyBytes)
+	if c.Limits.MaxQueuedBytes < peak {
+		return keyErr("limits.max_queued_bytes", "is %d: want at least %d, what one body of proxy.max_body_bytes (%d) holds while it is read (twice its size and 64 KiB), or a smaller max_body_bytes",
+			c.Limits.MaxQueuedBytes, peak, c.Proxy.MaxBodyBytes)
+	}
 	// A connection's share: by default an eighth of the whole, so that
 	// one client leaves the rest to others, but never less than one body
-	// of the largest size allowed.
+	// of the largest size allowed holds.
 	switch share := &c.Limits.MaxConnectionQueuedBytes; {
 	case *share < 0 || *share > c.Limits.MaxQueuedBytes:
 		return keyErr("limits.max_connection_queued_bytes", "is %d: want 0 (the default) up to limits.max_queued_bytes (%d)", *share, c.Limits.MaxQueuedBytes)
 	case *share == 0:
-		*share = min(c.Limits.MaxQueuedBytes, max(c.Limits.MaxQueuedBytes/8, c.Proxy.MaxBodyBytes))
+		*share = min(c.Limits.MaxQueuedBytes, max(c.Limits.MaxQueuedBytes/8, peak))
+	case *share < peak:
+		return keyErr("limits.max_connection_queued_bytes", "is %d: want at least %d, what one body of proxy.max_body_bytes (%d) holds while it is read (twice its size and 64 KiB), or a smaller max_body_bytes",
+			*share, peak, c.Proxy.MaxBodyBytes)
 	}
 	for _, b := range []struct {
 		key string

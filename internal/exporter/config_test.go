@@ -33,16 +33,17 @@ targets: [{name: vera, url: "http://127.0.0.1:8080/api/telemetry/llm-lanes"}]
 		t.Fatalf("durations %+v %+v", c.Proxy, c.thresholds())
 	}
 	// The bounds' defaults; a connection's share is an eighth of the
-	// budget, but never less than one body of the largest size allowed.
+	// budget, but never less than what one body of the largest size
+	// allowed holds while it is read (twice its size and 64 KiB).
 	if time.Duration(c.Proxy.WriteTimeout) != DefaultWriteTimeout || c.Proxy.BodyMinRate != DefaultBodyMinRate ||
-		time.Duration(c.Proxy.BodyMinRateGrace) != DefaultBodyMinRateGrace || c.Limits.MaxConnectionQueuedBytes != DefaultMaxQueuedBytes/8 {
+		time.Duration(c.Proxy.BodyMinRateGrace) != DefaultBodyMinRateGrace || c.Limits.MaxConnectionQueuedBytes != 2*DefaultMaxBodyBytes+64<<10 {
 		t.Fatalf("bounds %+v %+v", c.Proxy, c.Limits)
 	}
 	for yaml, want := range map[string]int64{
-		"limits: {max_queued_bytes: 1048576000}":                          1048576000 / 8,
-		"limits: {max_queued_bytes: 67108864}":                            DefaultMaxBodyBytes,
-		"limits: {max_queued_bytes: 1048576}":                             1048576,
-		"limits: {max_queued_bytes: 8388608}\nproxy: {max_body_bytes: 1}": 1048576,
+		"limits: {max_queued_bytes: 1048576000}":                               1048576000 / 8,
+		"limits: {max_queued_bytes: 134217728}":                                2*DefaultMaxBodyBytes + 64<<10,
+		"limits: {max_queued_bytes: 1048576}\nproxy: {max_body_bytes: 262144}": 2*262144 + 64<<10,
+		"limits: {max_queued_bytes: 8388608}\nproxy: {max_body_bytes: 1}":      1048576,
 	} {
 		c, err := ParseConfig("lanes.yaml", []byte(yaml+"\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n"))
 		if err != nil || c.Limits.MaxConnectionQueuedBytes != want {
@@ -68,8 +69,12 @@ func TestConfigErrors(t *testing.T) {
 		{"proxy: {write_timeout: -1s}\n" + up, "proxy.write_timeout", "is -1s: want 0 (the default, 2m0s) or more"},
 		{"proxy: {body_min_rate: -5}\n" + up, "proxy.body_min_rate", "is -5: want 0 (the default, 240) or more"},
 		{"proxy: {body_min_rate_grace: -1s}\n" + up, "proxy.body_min_rate_grace", "is -1s: want 0 (the default, 5s) or more"},
-		{"limits: {max_queued_bytes: 1000, max_connection_queued_bytes: 1001}\n" + up, "limits.max_connection_queued_bytes", "is 1001: want 0 (the default) up to limits.max_queued_bytes (1000)"},
+		{"limits: {max_queued_bytes: 100000, max_connection_queued_bytes: 100001}\nproxy: {max_body_bytes: 1000}\n" + up, "limits.max_connection_queued_bytes", "is 100001: want 0 (the default) up to limits.max_queued_bytes (100000)"},
 		{"limits: {max_connection_queued_bytes: -1}\n" + up, "limits.max_connection_queued_bytes", "is -1: want 0 (the default)"},
+		// A body of max_body_bytes (32 MiB) holds 64 MiB and 64 KiB while it is
+		// read: a budget or a share smaller would refuse it every time.
+		{"limits: {max_queued_bytes: 33554432}\n" + up, "limits.max_queued_bytes", "is 33554432: want at least 67174400"},
+		{"limits: {max_connection_queued_bytes: 33554432}\n" + up, "limits.max_connection_queued_bytes", "is 33554432: want at least 67174400"},
 		{"", "upstreams", "none configured"},
 		{"upstreams: [{name: gw, base_url: \"ftp://gw\"}]", "upstreams[0].base_url", "want an http or https URL"},
 		{"upstreams: [{name: gw, base_url: \"https://user:pw@gw/v1\"}]", "upstreams[0].base_url", "carries credentials"},

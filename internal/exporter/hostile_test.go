@@ -282,13 +282,14 @@ func uploadStalled(addr string, size int64, stop <-chan struct{}) int {
 }
 
 // 40 uploads of 32 MiB that stop one byte short hold no more than
-// limits.max_queued_bytes between them: the declared length is never
+// limits.max_queued_bytes (the least that admits one body of
+// max_body_bytes: 64 MiB and 64 KiB) between them: the declared length is never
 // allocated, bodies are counted as they arrive, and past the budget the
 // rest are refused (503, retryable); proxy.body_read_timeout ends the
 // stalled ones and gives their bytes back.
 func TestStalledUploadsBounded(t *testing.T) {
 	h := newHostile(t, "limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\n"+
-		"limits: {max_queued_bytes: 67108864}\nproxy: {body_read_timeout: 3s}\n", Options{})
+		"limits: {max_queued_bytes: 67174400}\nproxy: {body_read_timeout: 3s}\n", Options{})
 	before := heap()
 	stop := make(chan struct{})
 	codes := make(chan int, 40)

@@ -35,14 +35,15 @@ func stacks() uint64 {
 // cut (408) and gives back what it held.
 //
 // The defaults, but for limits.max_queued_bytes: 32 MiB, an eighth of the
-// default, so that the flood is one that took the whole budget when each
+// default (and proxy.max_body_bytes just under 16 MiB, the most such a
+// budget admits: TestConfigErrors), so that the flood is one that took the whole budget when each
 // reader reserved 32 KiB ahead (2,200 × 32 KiB is 69 MiB; at the default
 // it takes 8,192 attackers, past the race detector's goroutine limit).
 func TestSlowBodyFlood(t *testing.T) {
 	const h2Conns, streams, h1Conns = 8, 250, 200
 	const slow = h2Conns*streams + h1Conns
 	const budget = 32 << 20
-	h := newHostile(t, fmt.Sprintf("limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\nlimits: {max_queued_bytes: %d}\n", budget), Options{})
+	h := newHostile(t, fmt.Sprintf("limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\nlimits: {max_queued_bytes: %d}\nproxy: {max_body_bytes: %d}\n", budget, (budget-64<<10)/2), Options{})
 	path := "/proxy/gw/chat/completions"
 	baseG, baseHeap, baseStacks := runtime.NumGoroutine(), heap(), stacks()
 	start := time.Now()
@@ -122,15 +123,16 @@ func TestSlowBodyFlood(t *testing.T) {
 // limits.max_connection_queued_bytes between them: one HTTP/2 connection's
 // streams, each sending 60 KiB of a body it never ends, are refused (503
 // queued_bytes_limit, naming the connection's share) once the connection
-// holds its share (1 MiB here), while the exporter's budget (8 MiB) stays
-// open to every other client: an honest call on another connection goes
-// through.
+// holds its share (1 MiB here: an eighth of the budget, and what one body
+// of max_body_bytes, 480 KiB, holds while it is read), while the
+// exporter's budget (8 MiB) stays open to every other client: an honest
+// call on another connection goes through.
 func TestConnectionShareBounded(t *testing.T) {
 	const budget, share, streams, each = 8 << 20, 1 << 20, 40, 60 << 10
 	h := newHostile(t, fmt.Sprintf("limiter: {max_inflight: 4}\nupstreams: [{name: gw, base_url: UPSTREAM}]\n"+
-		"limits: {max_queued_bytes: %d}\nproxy: {max_body_bytes: %d}\n", budget, share), Options{})
+		"limits: {max_queued_bytes: %d}\nproxy: {max_body_bytes: %d}\n", budget, (share-64<<10)/2), Options{})
 	if h.srv.connShare != share {
-		t.Fatalf("the connection share is %d, want an eighth of the budget and at least max_body_bytes: %d", h.srv.connShare, share)
+		t.Fatalf("the connection share is %d, want an eighth of the budget, at least what a body of max_body_bytes holds: %d", h.srv.connShare, share)
 	}
 	raw, err := net.Dial("tcp", h.l.Addr)
 	if err != nil {
