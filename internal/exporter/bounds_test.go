@@ -79,12 +79,13 @@ func (g *sayingGateway) usageOnce(prompt, completion int64) {
 }
 
 // boundsProxy runs lanes-exporter from a file of the limiter settings
-// limiter (a YAML flow mapping) in front of base, on clock, logging to log.
-// It returns the server and the proxy's chat completions URL.
-func boundsProxy(t *testing.T, clock *limitertest.Clock, base, limiter string, log *logbuf.Buffer) (*Server, string) {
+// limiter (a YAML flow mapping) and the lines extra in front of base, on
+// clock (nil: the system's), logging to log. It returns the server and the
+// proxy's chat completions URL.
+func boundsProxy(t *testing.T, clock *limitertest.Clock, base, limiter string, log *logbuf.Buffer, extra ...string) (*Server, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
-	yaml := fmt.Sprintf("limiter: %s\nupstreams:\n  - {name: gw, base_url: %s}\n", limiter, base)
+	yaml := fmt.Sprintf("limiter: %s\nupstreams:\n  - {name: gw, base_url: %s}\n", limiter, base) + strings.Join(extra, "\n")
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,10 @@ func boundsProxy(t *testing.T, clock *limitertest.Clock, base, limiter string, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{File: file, Clock: clock}
+	o := Options{File: file}
+	if clock != nil {
+		o.Clock = clock
+	}
 	if log != nil {
 		o.Log = slog.New(slog.NewTextHandler(log, nil))
 	}
@@ -304,24 +308,8 @@ func TestSharedProviderBounds(t *testing.T) {
 	r.WaitUptime(time.Second) // no grant in a Redis' first lease
 	g, base := newSayingGateway(t)
 	g.say("x-ratelimit-limit-tokens", "100000", "x-ratelimit-remaining-tokens", "99000", "x-ratelimit-reset-tokens", "999999h")
-	file := filepath.Join(t.TempDir(), "lanes.yaml")
-	yaml := fmt.Sprintf("limiter: {max_inflight: 4}\nupstreams:\n  - {name: gw, base_url: %s}\nshared: {redis_url: %q, lease_ttl: 1s}\n", base, r.URL())
-	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := LoadConfig(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{File: file, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	front := httptest.NewServer(srv.Handler())
-	t.Cleanup(front.Close)
-	url := front.URL + "/proxy/gw/chat/completions"
-
+	var log logbuf.Buffer
+	srv, url := boundsProxy(t, nil, base, "{max_inflight: 4}", &log, fmt.Sprintf("shared: {redis_url: %q, lease_ttl: 1s}", r.URL()))
 	if code, body := postJSON(t, url, chatBody("abcd", 10)); code != 200 {
 		t.Fatalf("first call: %d %s", code, body)
 	}
