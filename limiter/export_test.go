@@ -3,6 +3,7 @@ package limiter
 import (
 	"fmt"
 	"reflect"
+	"time"
 )
 
 // SameLaneState returns an error naming the first part of lane key that
@@ -52,4 +53,32 @@ func SameLaneState(a, b *Limiter, key string) error {
 		}
 	}
 	return nil
+}
+
+// QueuedCall is one waiter of a lane, for the scenario runner.
+type QueuedCall struct {
+	Class   Priority
+	Tenant  string
+	Arrival time.Time
+	Seq     uint64
+}
+
+// LaneQueue returns lane key's waiters in enqueue order and, once a call
+// has named a tenant, every tenant's weighted service.
+func LaneQueue(lim *Limiter, key string) ([]QueuedCall, map[string]float64) {
+	l := lim.lockedLane(key)
+	if l == nil {
+		return nil, nil
+	}
+	defer l.mu.Unlock()
+	var out []QueuedCall
+	for w := l.q.oldest; w != nil; w = w.next {
+		out = append(out, QueuedCall{w.prio, w.t.name, w.arrival, w.seq})
+	}
+	var service map[string]float64
+	if l.tenants.measured {
+		service = map[string]float64{}
+		l.eachTenant(func(t *tenant) { service[t.name] = t.vs })
+	}
+	return out, service
 }

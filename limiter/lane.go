@@ -200,7 +200,7 @@ func (l *lane) dispatchLocked(now time.Time) {
 	var skipped []*tenant
 	defer func() {
 		for _, t := range skipped {
-			l.q.unpark(t, l.ns(now))
+			l.q.unpark(t)
 		}
 	}()
 	for l.q.n > 0 && !l.lim.closed.Load() {
@@ -282,17 +282,17 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 	} else if timeout != l.timeout {
 		l.mixed = true
 	}
-	if w.t.queued == 0 {
-		l.liftLocked(w.t)
+	if len(w.t.q[w.prio.Index()].classQueue) == 0 {
+		l.liftLocked(w.t, w.prio.Index())
 	}
-	l.q.push(w, l.ns(w.enqueued))
+	l.q.push(w)
 	if l.timer == nil || w.deadline.Before(l.timerAt) {
 		l.armLocked(w.deadline)
 	}
 }
 
 func (l *lane) dequeueLocked(w *waiter, now time.Time) {
-	l.q.remove(w, l.ns(now))
+	l.q.remove(w)
 	if l.q.n == 0 {
 		l.stats.Busy(now, now.Sub(l.busyAt))
 		l.since, l.busyAt = time.Time{}, time.Time{}

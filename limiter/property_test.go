@@ -212,59 +212,36 @@ func (m *model) capped(k, name string) bool {
 	return m.cfg.MaxInflight > 0 && c > 0 && m.lane(k).tenants[name].inflight >= c
 }
 
-func (m *model) hasWaiters(k, tenant string) bool {
-	return slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k && o.tenant == tenant })
+func (m *model) hasWaiters(k, tenant string, p limiter.Priority) bool {
+	return slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k && o.tenant == tenant && o.prio == p })
 }
 
-// lift raises the service of tenant name, which starts waiting in lane k,
-// to the least settled service (less what its calls in flight were
-// charged) of the tenants first in line in each (class, aging tier) among
-// those waiting there and not at their cap, or with none, of the tenant
-// granted last.
-func (m *model) lift(k, name string) {
+// lift raises the service of tenant name, which starts waiting in class p
+// of lane k, to the settled service (less what its calls in flight were
+// charged) of the tenant served next in that class among those waiting
+// there and not at their cap, or with none, of the tenant granted last.
+func (m *model) lift(k, name string, p limiter.Priority) {
 	ln := m.lane(k)
-	now := m.now()
-	// The head of each waiting tenant's calls of each class, and the first
-	// of those heads in each (class, tier): by service, arrival, seq.
-	type key struct {
-		class int
-		tier  int
-	}
-	first := map[key]*mWaiter{}
-	heads := map[string]*mWaiter{}
+	var first *mWaiter
 	for _, w := range m.waiters {
-		if w.lane != k || m.capped(k, w.tenant) {
-			continue
-		}
-		hk := fmt.Sprintf("%s/%d", w.tenant, w.prio.Index())
-		if h := heads[hk]; h == nil || w.arrival.Before(h.arrival) || (w.arrival.Equal(h.arrival) && w.seq < h.seq) {
-			heads[hk] = w
+		if w.lane == k && w.prio == p && !m.capped(k, w.tenant) && (first == nil || m.headFirst(w, first)) {
+			first = w
 		}
 	}
-	for _, h := range heads {
-		c := h.prio.Index()
-		kk := key{c, min(int(now.Sub(h.arrival)/(60*time.Second)), 2, c)}
-		if f := first[kk]; f == nil || m.headFirst(h, f) {
-			first[kk] = h
-		}
-	}
-	floor, ok := 0.0, false
-	for _, h := range first {
-		t := ln.tenants[h.tenant]
-		if v := t.vs - t.pending; !ok || v < floor {
-			floor, ok = v, true
-		}
-	}
-	if !ok {
-		if ln.last == "" {
-			return
-		}
+	var floor float64
+	switch {
+	case first != nil:
+		floor = ln.tenants[first.tenant].vs - ln.tenants[first.tenant].pending
+	case ln.last != "":
 		floor = ln.tenants[ln.last].vs - ln.tenants[ln.last].pending
+	default:
+		return
 	}
 	ln.tenants[name].vs = max(ln.tenants[name].vs, floor)
 }
 
-// headFirst orders two heads of one (class, tier).
+// headFirst orders two waiters of one class: by their tenants' service,
+// then by arrival, then first come.
 func (m *model) headFirst(a, b *mWaiter) bool {
 	if va, vb := m.lane(a.lane).tenants[a.tenant].vs, m.lane(b.lane).tenants[b.tenant].vs; va != vb {
 		return va < vb
@@ -331,15 +308,13 @@ func (m *model) dispatch(k string) []string {
 			break
 		}
 		onlyInteractive := m.cfg.MaxInflight > 0 && ln.others >= m.cfg.MaxInflight-m.cfg.Reserve()
-		var pick *mWaiter
+		var eligible []*mWaiter
 		for _, w := range m.waiters {
-			if w.lane != k || (onlyInteractive && w.prio != limiter.Interactive) || m.capped(k, w.tenant) {
-				continue
-			}
-			if pick == nil || m.better(w, pick, now) {
-				pick = w
+			if w.lane == k && (!onlyInteractive || w.prio == limiter.Interactive) && !m.capped(k, w.tenant) {
+				eligible = append(eligible, w)
 			}
 		}
+		pick := m.pick(eligible, now)
 		if pick == nil {
 			break
 		}
@@ -351,19 +326,42 @@ func (m *model) dispatch(k string) []string {
 	return got
 }
 
-// better reports whether a is served before b: by effective class, then
-// by its tenant's service, then by arrival, then first come.
-func (m *model) better(a, b *mWaiter, now time.Time) bool {
-	if ra, rb := rank(a, now), rank(b, now); ra != rb {
-		return ra < rb
+// pick returns the waiter served first among ws, in three steps: the class
+// whose oldest waiter has the highest effective class, then the earliest
+// arrival, then first come; within that class, the tenant with the least
+// service; its earliest call (headFirst orders both of the last two).
+func (m *model) pick(ws []*mWaiter, now time.Time) *mWaiter {
+	var reps [3]*mWaiter
+	for _, w := range ws {
+		c := w.prio.Index()
+		if r := reps[c]; r == nil || w.arrival.Before(r.arrival) || (w.arrival.Equal(r.arrival) && w.seq < r.seq) {
+			reps[c] = w
+		}
 	}
-	if va, vb := m.lane(a.lane).tenants[a.tenant].vs, m.lane(b.lane).tenants[b.tenant].vs; va != vb {
-		return va < vb
+	var rep *mWaiter
+	for _, r := range reps {
+		if r == nil {
+			continue
+		}
+		if rep == nil {
+			rep = r
+			continue
+		}
+		ra, rb := rank(r, now), rank(rep, now)
+		if ra < rb || ra == rb && (r.arrival.Before(rep.arrival) || r.arrival.Equal(rep.arrival) && r.seq < rep.seq) {
+			rep = r
+		}
 	}
-	if !a.arrival.Equal(b.arrival) {
-		return a.arrival.Before(b.arrival)
+	if rep == nil {
+		return nil
 	}
-	return a.seq < b.seq
+	var pick *mWaiter
+	for _, w := range ws {
+		if w.prio == rep.prio && (pick == nil || m.headFirst(w, pick)) {
+			pick = w
+		}
+	}
+	return pick
 }
 
 func (m *model) removeWaiter(w *mWaiter) {
@@ -434,8 +432,8 @@ func (m *model) acquire(t *rapid.T) {
 		if !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k }) {
 			ml.since = now
 		}
-		if !m.hasWaiters(k, tn) {
-			m.lift(k, tn)
+		if !m.hasWaiters(k, tn, p) {
+			m.lift(k, tn, p)
 		}
 		m.waiters = append(m.waiters, w)
 		got = m.dispatch(k)

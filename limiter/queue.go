@@ -74,13 +74,23 @@ func (w *waiter) rank(now int64) Priority {
 	return max(Interactive, w.prio-Priority(steps(w.at, now)))
 }
 
-// before reports whether a is served before b at now: by effective class,
-// then by its tenant's service, then by logical arrival, then by enqueue
-// order.
-func before(a, b *waiter, now int64) bool {
+// classFirst reports whether the class of waiter a, its class's oldest
+// (see queue), is served before that of b at now: by effective class, then
+// by logical arrival, then by enqueue order (the ADR's rule).
+func classFirst(a, b *waiter, now int64) bool {
 	if ra, rb := a.rank(now), b.rank(now); ra != rb {
 		return ra < rb
 	}
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+// tenantFirst reports whether a, waiting in the same class as b, is served
+// before it: by its tenant's service, then by logical arrival (FIFO within
+// a tenant), then by enqueue order.
+func tenantFirst(a, b *waiter) bool {
 	if a.t.vs != b.t.vs {
 		return a.t.vs < b.t.vs
 	}
@@ -174,69 +184,51 @@ func (q classQueue) head() *waiter {
 	return q[0].w
 }
 
-// queue is a lane's waiting calls, in serving order: effective class, then
-// the tenant that has received the least weighted service, then logical
-// arrival (FIFO within a tenant), then enqueue order.
+// queue is a lane's waiting calls, served in three steps (docs/DESIGN.md,
+// "Tenants and fair shares"):
+//
+//  1. Which class: each own class with waiters is represented by its oldest
+//     waiter (logical arrival, then enqueue order); the class whose oldest
+//     has the highest effective class (its own, raised a step per
+//     agingStep waited) goes first, then the earlier arrival. This is the
+//     ADR's rule between classes: aging lifts a class, never one tenant's
+//     calls over another's.
+//  2. Whose call within that class: the tenant with the least weighted
+//     service, whatever its calls' ages.
+//  3. Which call of that tenant: FIFO by logical arrival.
 //
 // Each tenant keeps one FIFO per own class (a heap by arrival, since a
-// retry may carry an earlier arrival). Within one FIFO the earliest arrival
-// has also aged the most, so its head is the FIFO's only candidate for the
-// next grant. A head's effective class is its own class less the aging
-// steps it has waited, its tier (0 up to the class's index: a Bulk head has
-// three, an Interactive one a single tier), so the heads are kept in six
-// heaps, one per (class, tier), each ordered by the tenant's service and
-// then by arrival: the six tops are the only candidates, and a grant is
-// O(log n) in the waiters and the tenants. A head moves up a tier once it
-// has waited another agingStep; three more heaps, by arrival, of the heads
-// that can still move up, find those at once.
+// retry may carry an earlier arrival), and each class keeps two heaps of
+// its tenants' FIFOs: by the tenant's service (step 2) and by the FIFO's
+// head's arrival (the class's oldest waiter is the top's head: step 1). A
+// grant reads three tops and the chosen class's fair top: O(log n) in the
+// waiters and O(log t) in the class's tenants. Aging needs no bookkeeping:
+// a class's effective class is read from its oldest waiter's arrival.
 //
-// A tenant at its cap (Fairness.MaxInflightPerTenant) is parked: its heads
+// A tenant at its cap (Fairness.MaxInflightPerTenant) is parked: its FIFOs
 // leave the heaps until one of its slots is released, so the tops are
-// always calls that may be granted.
+// always calls that may be granted, and a class whose waiters are all
+// parked is not represented.
 type queue struct {
-	fair    [slots]heads // by service, then arrival
-	aging   [slots]heads // by arrival; only the tiers below the class's top
+	fair    [3]heads // per class: its tenants' FIFOs, by service, then head arrival
+	old     [3]heads // per class: the same FIFOs, by head arrival
 	byClass [3]int
 	oldest  *waiter // enqueue-order list
 	new     *waiter
 	n       int
 }
 
-// slots is the number of (class, tier) pairs: 1 + 2 + 3.
-const slots = 6
-
-// slotOf returns the heap index of class index c at tier t.
-func slotOf(c, t int) int { return c*(c+1)/2 + t }
-
-// classOf and tierOf return a slot's class index and tier; effOf its
-// effective class index, the class less the tier.
-func classOf(s int) int {
-	switch {
-	case s == 0:
-		return 0
-	case s <= 2:
-		return 1
-	}
-	return 2
-}
-
-func tierOf(s int) int { c := classOf(s); return s - slotOf(c, 0) }
-
-func effOf(s int) int { return classOf(s) - tierOf(s) }
-
 // fifo is one tenant's waiters of one own class.
 type fifo struct {
 	classQueue
 	t      *tenant
 	class  int8 // class index
-	slot   int8 // in queue.fair (and aging), or -1 while not among the heads
-	fi, ai int  // index in queue.fair[slot], queue.aging[slot]
+	placed bool // in its class's heaps
+	fi, ai int  // index in queue.fair[class], queue.old[class]
 }
 
-func (f *fifo) at() int64 { return f.classQueue[0].at }
-
 // heads is a heap of FIFOs, by their tenant's service and their head's
-// arrival, or by their head's arrival alone (byArrival).
+// arrival (step 2), or by their head's arrival alone (byArrival: step 1).
 type heads struct {
 	s         []*fifo
 	byArrival bool
@@ -327,46 +319,38 @@ func (h *heads) top() *fifo {
 	return h.s[0]
 }
 
-// place puts f's head among the heads, at its tier at now, unless f is
-// empty or its tenant is parked.
-func (q *queue) place(f *fifo, now int64) {
+// place puts f among its class's heads, unless it is empty or its tenant
+// is parked.
+func (q *queue) place(f *fifo) {
 	if len(f.classQueue) == 0 || f.t.parked {
-		f.slot = -1
+		f.placed = false
 		return
 	}
-	c := int(f.class)
-	t := min(steps(f.at(), now), c)
-	s := slotOf(c, t)
-	f.slot = int8(s)
-	q.fair[s].push(f)
-	if t < c {
-		q.aging[s].push(f)
-	}
+	f.placed = true
+	q.fair[f.class].push(f)
+	q.old[f.class].push(f)
 }
 
-// unplace takes f's head out of the heads.
+// unplace takes f out of its class's heads.
 func (q *queue) unplace(f *fifo) {
-	if f.slot < 0 {
+	if !f.placed {
 		return
 	}
-	s := int(f.slot)
-	q.fair[s].remove(f.fi)
-	if tierOf(s) < classOf(s) {
-		q.aging[s].remove(f.ai)
-	}
-	f.slot = -1
+	q.fair[f.class].remove(f.fi)
+	q.old[f.class].remove(f.ai)
+	f.placed = false
 }
 
 // serviceChanged restores the heaps after t's service changed.
 func (q *queue) serviceChanged(t *tenant) {
 	for i := range t.q {
-		if f := &t.q[i]; f.slot >= 0 {
-			q.fair[f.slot].fix(f.fi)
+		if f := &t.q[i]; f.placed {
+			q.fair[f.class].fix(f.fi)
 		}
 	}
 }
 
-// park takes t's heads out of the heaps; unpark puts them back.
+// park takes t's FIFOs out of the heaps; unpark puts them back.
 func (q *queue) park(t *tenant) {
 	t.parked = true
 	for i := range t.q {
@@ -374,28 +358,28 @@ func (q *queue) park(t *tenant) {
 	}
 }
 
-func (q *queue) unpark(t *tenant, now int64) {
+func (q *queue) unpark(t *tenant) {
 	t.parked = false
 	for i := range t.q {
-		q.place(&t.q[i], now)
+		q.place(&t.q[i])
 	}
 }
 
 func newQueue() queue {
 	var q queue
-	for s := range q.aging {
-		q.aging[s].byArrival = true
+	for c := range q.old {
+		q.old[c].byArrival = true
 	}
 	return q
 }
 
-func (q *queue) push(w *waiter, now int64) {
+func (q *queue) push(w *waiter) {
 	f := &w.t.q[w.prio.Index()]
 	old := f.head()
 	f.classQueue.push(w)
 	if f.head() != old {
 		q.unplace(f)
-		q.place(f, now)
+		q.place(f)
 	}
 	w.t.queued++
 	q.byClass[w.prio.Index()]++
@@ -409,7 +393,7 @@ func (q *queue) push(w *waiter, now int64) {
 	q.n++
 }
 
-func (q *queue) remove(w *waiter, now int64) {
+func (q *queue) remove(w *waiter) {
 	f := &w.t.q[w.prio.Index()]
 	head := f.head() == w
 	if head {
@@ -417,7 +401,7 @@ func (q *queue) remove(w *waiter, now int64) {
 	}
 	f.classQueue.remove(w.index)
 	if head {
-		q.place(f, now)
+		q.place(f)
 	}
 	w.t.queued--
 	q.byClass[w.prio.Index()]--
@@ -435,56 +419,21 @@ func (q *queue) remove(w *waiter, now int64) {
 	q.n--
 }
 
-// promote moves up a tier every head that has waited another agingStep
-// by now.
-func (q *queue) promote(now int64) {
-	for s := range q.aging {
-		for f := q.aging[s].top(); f != nil && steps(f.at(), now) > tierOf(s); f = q.aging[s].top() {
-			q.unplace(f)
-			q.place(f, now)
-		}
-	}
-}
-
-// best returns the waiter served first at now, or nil.
+// best returns the waiter served first at now, or nil: the class whose
+// oldest waiter comes first (step 1), then the first of that class's
+// tenants by service (step 2), then that tenant's earliest (step 3).
 func (q *queue) best(now int64) *waiter {
-	q.promote(now)
-	var b *fifo
-	bs := 0
-	for s := range q.fair {
-		f := q.fair[s].top()
-		if f == nil {
-			continue
-		}
-		if b == nil || effOf(s) < effOf(bs) || (effOf(s) == effOf(bs) && headBefore(f, b)) {
-			b, bs = f, s
+	c := -1
+	var rep *waiter
+	for i := range q.old {
+		if f := q.old[i].top(); f != nil && (rep == nil || classFirst(f.head(), rep, now)) {
+			c, rep = i, f.head()
 		}
 	}
-	if b == nil {
+	if rep == nil {
 		return nil
 	}
-	return b.head()
-}
-
-// peekBest returns the waiter served first at now, as best does, but
-// changing nothing: it scans every waiter, for readings.
-func (q *queue) peekBest(now int64) *waiter {
-	var b *waiter
-	for o := q.oldest; o != nil; o = o.next {
-		if b == nil || before(o, b, now) {
-			b = o
-		}
-	}
-	return b
-}
-
-// headBefore orders two heads of one effective class.
-func headBefore(a, b *fifo) bool {
-	if a.t.vs != b.t.vs {
-		return a.t.vs < b.t.vs
-	}
-	ea, eb := a.classQueue[0], b.classQueue[0]
-	return ea.at < eb.at || (ea.at == eb.at && ea.seq < eb.seq)
+	return q.fair[c].top().head()
 }
 
 // interactive returns the first interactive waiter in serving order: the
@@ -496,27 +445,44 @@ func (q *queue) interactive() *waiter {
 	return nil
 }
 
-// minSettled returns the least settled service (less what its calls in
-// flight were charged ahead) of the tenants first in line in each of the
-// six heaps, and whether there is one. Only the tops are read, so that it
-// costs O(1): they are the tenants served next in each class and tier.
-func (q *queue) minSettled() (float64, bool) {
-	var m float64
-	ok := false
-	for s := range q.fair {
-		if f := q.fair[s].top(); f != nil && (!ok || f.t.vs-f.t.pending < m) {
-			m, ok = f.t.vs-f.t.pending, true
-		}
+// settledIn returns the settled service (less what its calls in flight
+// were charged ahead) of the tenant served next in class index c, and
+// whether one waits there. Only the top is read, so that it costs O(1).
+func (q *queue) settledIn(c int) (float64, bool) {
+	if f := q.fair[c].top(); f != nil {
+		return f.t.vs - f.t.pending, true
 	}
-	return m, ok
+	return 0, false
 }
 
-// position returns w's 1-based place in the serving order at now. It scans
-// every waiter, so it is used only when a wait ends in a timeout.
+// repAll returns the oldest waiter of class index c, parked or not. It
+// scans the class's tenants' FIFOs through the enqueue-order list, so it
+// is for readings only.
+func (q *queue) repAll(c int) *waiter {
+	var r *waiter
+	for o := q.oldest; o != nil; o = o.next {
+		if o.prio.Index() == c && (r == nil || o.at < r.at || (o.at == r.at && o.seq < r.seq)) {
+			r = o
+		}
+	}
+	return r
+}
+
+// position returns w's 1-based place in the serving order at now (see
+// before). It scans every waiter, so it is used only when a wait ends in a
+// timeout.
 func (q *queue) position(w *waiter, now int64) int {
+	var reps [3]*waiter
+	for c := range reps {
+		reps[c] = q.repAll(c)
+	}
 	p := 1
 	for o := q.oldest; o != nil; o = o.next {
-		if o != w && before(o, w, now) {
+		if o == w {
+			continue
+		}
+		co, cw := o.prio.Index(), w.prio.Index()
+		if co == cw && tenantFirst(o, w) || co != cw && classFirst(reps[co], reps[cw], now) {
 			p++
 		}
 	}

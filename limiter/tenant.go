@@ -97,7 +97,7 @@ func newTenant(name string, est float64) *tenant {
 		t.label = ""
 	}
 	for i := range t.q {
-		t.q[i] = fifo{t: t, class: int8(i), slot: -1}
+		t.q[i] = fifo{t: t, class: int8(i)}
 	}
 	return t
 }
@@ -172,17 +172,17 @@ func (f *Fairness) Weight(tenant string) float64 {
 // nowNS returns the clock's time in ns since the limiter's origin.
 func (l *lane) nowNS() int64 { return int64(l.lim.clock.Now().Sub(l.lim.origin)) }
 
-// liftLocked raises the service of t, which starts waiting, to the least
-// settled service of the tenants first in line (the tops of the queue's
-// heaps; with none waiting, the tenant granted last), so that a tenant
-// that was idle banks no credit to spend in a burst later: it is served
-// as if it had been backlogged all along, from its first call (start-time
-// fair queuing's virtual time; VTC's lift). Settled service leaves out
-// what the others' calls in flight were charged ahead: an estimate that
-// may exceed what they turn out to hold, and they are being served while
-// t waits.
-func (l *lane) liftLocked(t *tenant) {
-	floor, ok := l.q.minSettled()
+// liftLocked raises the service of t, which starts waiting in class index
+// c, to the settled service of the tenant served next in that class (the
+// least there; with none waiting in it, the tenant granted last), so that
+// a tenant that was idle banks no credit to spend in a burst later: it is
+// served as if it had been backlogged all along, from its first call
+// (start-time fair queuing's virtual time; VTC's lift). Settled service
+// leaves out what the others' calls in flight were charged ahead: an
+// estimate that may exceed what they turn out to hold, and they are being
+// served while t waits.
+func (l *lane) liftLocked(t *tenant, c int) {
+	floor, ok := l.q.settledIn(c)
 	if !ok {
 		if l.tenants.last == nil {
 			return
@@ -230,12 +230,8 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 	t := h.t
 	h.t = nil
 	t.inflight--
-	var now int64
-	if h.timed || l.tenants.measured {
-		now = l.nowNS()
-	}
 	if h.timed {
-		d := float64(now-h.at) / 1e9
+		d := float64(l.nowNS()-h.at) / 1e9
 		switch {
 		case h.inTokens != l.tenants.tokens:
 			// Charged in slot-time before the lane turned to tokens, which
@@ -259,10 +255,7 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 		l.q.serviceChanged(t)
 	}
 	if t.parked && !capped(cfg, t) {
-		if now == 0 {
-			now = l.nowNS()
-		}
-		l.q.unpark(t, now)
+		l.q.unpark(t)
 	}
 }
 
@@ -286,13 +279,12 @@ func capped(cfg *Config, t *tenant) bool {
 
 // recapLocked parks and unparks the tenants after the cap changed.
 func (l *lane) recapLocked(cfg *Config) {
-	now := l.nowNS()
 	l.eachTenant(func(t *tenant) {
 		switch c := capped(cfg, t); {
 		case c && !t.parked:
 			l.q.park(t)
 		case !c && t.parked:
-			l.q.unpark(t, now)
+			l.q.unpark(t)
 		}
 	})
 }

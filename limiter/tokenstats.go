@@ -137,7 +137,7 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 	if l.q.n > 0 {
 		s.WaitingFor = map[string]string{}
 		why := WaitSlot
-		if w := l.q.peekBest(ns); w != nil {
+		if w := l.q.best(ns); w != nil {
 			if ok, r, _ := l.tokensFitPeekLocked(cfg, w.cost, ns); !ok {
 				why = r
 			}

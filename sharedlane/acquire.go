@@ -33,6 +33,8 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		qt = limiter.DefaultQueueTimeout
 	}
 	deadline := time.Now().Add(qt)
+	due, stop := b.after(qt)
+	defer stop()
 	lk := b.keysOf(r.Lane)
 	if cfg := lk.cfg.Load(); cfg == nil || *cfg != r.Config {
 		c := r.Config
@@ -49,7 +51,7 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		}
 		// Only a duration crosses to Redis: its clock, not this host's,
 		// places the arrival.
-		age := max(0, time.Since(r.Arrival)).Milliseconds()
+		age := max(0, b.now().Sub(r.Arrival)).Milliseconds()
 		if ra := r.Arrival; ra.IsZero() {
 			age = 0
 		}
@@ -82,7 +84,7 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 			pos, _ := strconv.Atoi(fmt.Sprint(res[2]))
 			r.Queued(pos)
 		}
-		l, err, again := b.wait(ctx, r, lk, id, deadline, sent)
+		l, err, again := b.wait(ctx, r, lk, id, due, sent)
 		if !again {
 			return l, err
 		}
@@ -100,10 +102,31 @@ func tenantOf(r limiter.Request) string {
 
 func weightOf(r limiter.Request) float64 { return r.Config.Fairness.Weight(tenantOf(r)) }
 
-// wait waits for the grant of waiter id. again asks Acquire to queue the
+// now reads the backend's clock (Config.Clock, in tests; else the system's).
+func (b *Backend) now() time.Time {
+	if b.cfg.Clock != nil {
+		return b.cfg.Clock.Now()
+	}
+	return time.Now()
+}
+
+// after returns a channel closed once d has passed on the backend's clock
+// (Config.Clock, in tests; else the system's), and a func that stops it.
+func (b *Backend) after(d time.Duration) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	if b.cfg.Clock != nil {
+		t := b.cfg.Clock.AfterFunc(d, func() { close(ch) })
+		return ch, func() { t.Stop() }
+	}
+	t := time.AfterFunc(d, func() { close(ch) })
+	return ch, func() { t.Stop() }
+}
+
+// wait waits for the grant of waiter id until due is closed (the queue
+// timeout). again asks Acquire to queue the
 // call anew (same arrival: same place in the order), because Redis lost
 // its place (a restart) or went down.
-func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id string, deadline, sent time.Time) (l limiter.Lease, err error, again bool) {
+func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id string, due <-chan struct{}, sent time.Time) (l limiter.Lease, err error, again bool) {
 	w := &waiter{lk: lk, id: id, wake: make(chan struct{}, 1), gone: make(chan struct{}), renewed: sent}
 	b.mu.Lock()
 	b.waiters[lk.tag+" "+id] = w
@@ -114,8 +137,6 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 		delete(b.waiters, lk.tag+" "+id)
 		b.mu.Unlock()
 	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
 	poll := time.NewTicker(b.cfg.PollEvery)
 	defer poll.Stop()
 	// A grant published before w was registered is found by this first
@@ -148,7 +169,7 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 			return nil, nil, true
 		case <-downCh:
 			return nil, nil, true
-		case <-timer.C:
+		case <-due:
 			l, err, again, _ := b.leave(r, w, limiter.ErrQueueTimeout)
 			return l, err, again
 		case <-ctx.Done():

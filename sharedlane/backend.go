@@ -190,8 +190,8 @@ func (b *Backend) argv(lk *laneKeys, op string, args ...any) []any {
 		tpm, maxTokens = cfg.TokensPerMinute, cfg.MaxInflightTokens
 	}
 	now := ""
-	if b.cfg.Now != nil {
-		now = strconv.FormatInt(b.cfg.Now().UnixMilli(), 10)
+	if b.cfg.Clock != nil {
+		now = strconv.FormatInt(b.cfg.Clock.Now().UnixMilli(), 10)
 	}
 	return append([]any{op, b.channel, lk.tag, b.cfg.LeaseTTL.Milliseconds(), limit, reserve, b.cfg.AgingStep.Milliseconds(), perTenant, now, tpm, maxTokens}, args...)
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmlanes/llmlanes/limiter"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -52,11 +54,13 @@ type Config struct {
 	// Log receives the changes of state (Redis down, back, a slot lost).
 	// Default slog.Default().
 	Log *slog.Logger
-	// Now, for tests only, replaces Redis' clock in the lanes' decisions
-	// (arrivals, aging, grants, the tenants' slot-time, lease expiries):
-	// every process sharing a lane must then use the same. nil: Redis'
-	// TIME, as it must be in production, where hosts' clocks differ.
-	Now func() time.Time
+	// Clock, for tests only, replaces Redis' clock in the lanes' decisions
+	// (arrivals, aging, grants, the tenants' slot-time, lease expiries),
+	// and this process's in the queue timeouts of its waits: every process
+	// sharing a lane must then use the same. nil: Redis' TIME and the
+	// system's clock, as they must be in production, where hosts' clocks
+	// differ.
+	Clock limiter.Clock
 }
 
 // Defaults.

@@ -42,10 +42,9 @@
 -- the bucket is full, rather than left to hold the line. The provider's word
 -- (op limits, see provider) binds with the budget, with or without one.
 --
--- Order: effective class, then the tenant with the least service, then arrival,
--- then id: package limiter's rules, on Redis' clock (see its documentation for
--- the charges and the lift). The tenants are scanned: O(tenants) per grant,
--- bounded by max_tenants.
+-- Order: package limiter's three steps, on Redis' clock (see its documentation
+-- for the charges and the lift, and "The order" below). The tenants of a class
+-- are scanned: O(tenants) per grant, bounded by max_tenants.
 --
 -- For one lease TTL after Redis starts (or restarts, empty), nothing is
 -- granted: the processes whose calls were running re-register them first
@@ -280,7 +279,6 @@ local function unqueue(id)
   redis.call('ZREM', Q[c + 1], id)
   redis.call('ZREM', tq(c, tenant), id)
   if redis.call('ZCARD', tq(c, tenant)) == 0 then redis.call('SREM', Q[c + 1] .. '@', tenant) end
-  redis.call('HINCRBY', T, 'n:' .. tenant, -1)
   redis.call('ZREM', QX, id)
   redis.call('HDEL', QC, id)
   if queued() == 0 then redis.call('HDEL', M, 'since') end
@@ -347,57 +345,90 @@ local function capped(tenant)
   return cap > 0 and num('i:' .. tenant, 0) >= cap
 end
 
--- heads returns, for each tenant waiting and not at its cap, the first
--- waiter of each class it has, with its effective class (rank: its own,
--- raised one step per aging step since its logical arrival), its aging
--- tier and its tenant's service. Within one tenant's class the earliest
--- arrival has aged the most, so the heads are the only candidates.
-local function heads()
-  local out = {}
-  for c = 0, 2 do
-    for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
-      if not capped(tenant) then
-        local r = redis.call('ZRANGE', tq(c, tenant), 0, 0, 'WITHSCORES')
-        if #r > 0 then
-          local at = tonumber(r[2])
-          local tier = math.min(c, math.max(0, math.floor((now - at) / step)))
-          out[#out + 1] = {id = r[1], c = c, at = at, tier = tier, rank = c - tier, tenant = tenant,
-            vs = num('v:' .. tenant, 0), pending = num('p:' .. tenant, 0)}
-        end
-      end
-    end
-  end
-  return out
+-- The order, in three steps (package limiter's queue; docs/DESIGN.md,
+-- "Tenants and fair shares"): which class (each class is represented by
+-- its oldest waiter whose tenant is not at its cap: the highest effective
+-- class first, then the earliest arrival, then id), whose call within it
+-- (the tenant with the least service), which of that tenant's calls (FIFO).
+
+-- head returns the first waiter of tenant's calls of class c, or nil.
+local function head(c, tenant)
+  local r = redis.call('ZRANGE', tq(c, tenant), 0, 0, 'WITHSCORES')
+  if #r == 0 then return nil end
+  return {id = r[1], c = c, at = tonumber(r[2]), tenant = tenant}
 end
 
--- served orders two heads of one effective class: the tenant with the
--- least service first, then arrival, then id (enqueue order).
-local function served(a, b)
-  if a.vs ~= b.vs then return a.vs < b.vs end
+-- rank is a waiter's effective class: its own, raised one step per aging
+-- step since its logical arrival, at most to interactive (0).
+local function rank(w)
+  return w.c - math.min(w.c, math.max(0, math.floor((now - w.at) / step)))
+end
+
+local function older(a, b)
   if a.at ~= b.at then return a.at < b.at end
   return a.id < b.id
 end
 
-local function before(a, b)
-  if a.rank ~= b.rank then return a.rank < b.rank end
-  return served(a, b)
+-- classFirst orders two classes by their oldest waiters a and b.
+local function classFirst(a, b)
+  local ra, rb = rank(a), rank(b)
+  if ra ~= rb then return ra < rb end
+  return older(a, b)
 end
 
--- lift raises the service of tenant, which starts waiting, to the least
--- settled service (less what its calls in flight were charged) of the
--- tenants first in line in each class and tier, or with none waiting, of
--- the tenant granted last: being idle banks no credit.
-local function lift(tenant)
-  local first = {}
-  for _, h in ipairs(heads()) do
-    local k = h.c * 3 + h.tier
-    if first[k] == nil or served(h, first[k]) then first[k] = h end
+-- oldestIn returns the oldest waiter of class c, among those whose tenant
+-- is not at its cap unless all is set (for a place in line). Without a cap
+-- it is the class's first member.
+local function oldestIn(c, all)
+  if cap == 0 or all then
+    local r = redis.call('ZRANGE', Q[c + 1], 0, 0, 'WITHSCORES')
+    if #r == 0 then return nil end
+    return {id = r[1], c = c, at = tonumber(r[2])}
   end
+  local best
+  for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
+    if not capped(tenant) then
+      local h = head(c, tenant)
+      if h and (best == nil or older(h, best)) then best = h end
+    end
+  end
+  return best
+end
+
+-- served orders two waiters of one class: the tenant with the least
+-- service first, then arrival, then id (enqueue order).
+local function served(a, b)
+  if a.vs ~= b.vs then return a.vs < b.vs end
+  return older(a, b)
+end
+
+-- firstIn returns the waiter served first in class c (steps 2 and 3),
+-- with its tenant's service and pending charges, or nil. The class's
+-- tenants are scanned: O(tenants), bounded by max_tenants.
+local function firstIn(c)
+  local best
+  for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
+    if not capped(tenant) then
+      local h = head(c, tenant)
+      if h then
+        h.vs, h.pending = num('v:' .. tenant, 0), num('p:' .. tenant, 0)
+        if best == nil or served(h, best) then best = h end
+      end
+    end
+  end
+  return best
+end
+
+-- lift raises the service of tenant, which starts waiting in class c, to
+-- the settled service (less what its calls in flight were charged) of the
+-- tenant served next in that class, or with none waiting there, of the
+-- tenant granted last: being idle banks no credit.
+local function lift(tenant, c)
   local floor
-  for _, h in pairs(first) do
-    if floor == nil or h.vs - h.pending < floor then floor = h.vs - h.pending end
-  end
-  if floor == nil then
+  local h = firstIn(c)
+  if h then
+    floor = h.vs - h.pending
+  else
     local last = redis.call('HGET', T, 'last')
     if not last then return end
     floor = num('v:' .. last, 0) - num('p:' .. last, 0)
@@ -447,16 +478,18 @@ local function dispatch()
   if limit == 0 or queued() == 0 or quiet() then return granted end
   local n, others = counts()
   while n < limit do
-    local best, inter
-    for _, h in ipairs(heads()) do
-      if best == nil or before(h, best) then best = h end
-      if h.c == 0 and (inter == nil or served(h, inter)) then inter = h end
+    local c
+    if fits(1, n, others) then
+      for k = 0, 2 do
+        local o = oldestIn(k)
+        if o and (c == nil or classFirst(o, c)) then c = o end
+      end
+      c = c and c.c
+    else
+      c = 0 -- only an interactive call may take a reserved slot
     end
+    local best = c and firstIn(c)
     if best == nil then break end
-    if not fits(best.c, n, others) then
-      best = inter -- only an interactive call may take a reserved slot
-      if best == nil then break end
-    end
     local f = fields(redis.call('HGET', QC, best.id), 7)
     -- The first in line holds it while the budget has no room for it.
     if not tokensFit(tonumber(f[6])) then break end
@@ -512,11 +545,10 @@ if op == 'acquire' then
   else
     local at = now - age
     if queued() == 0 then redis.call('HSET', M, 'since', now) end
-    if num('n:' .. tenant, 0) == 0 then lift(tenant) end
+    if redis.call('EXISTS', tq(c, tenant)) == 0 then lift(tenant, c) end
     redis.call('ZADD', Q[c + 1], at, id)
     redis.call('ZADD', tq(c, tenant), at, id)
     redis.call('SADD', Q[c + 1] .. '@', tenant)
-    redis.call('HINCRBY', T, 'n:' .. tenant, 1)
     redis.call('ZADD', QX, now + ttl, id)
     redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc)
     -- A newcomer can be served at once: an interactive call may take a
@@ -549,21 +581,30 @@ elseif op == 'cancel' then
   local v = redis.call('HGET', QC, id)
   if v then
     local c = tonumber(string.sub(v, 1, 1))
+    -- Its place: classes in the order of their oldest waiters (cap or
+    -- not), within its class by service, then arrival (package limiter's
+    -- queue.position).
     local vs = function(w)
       return num('v:' .. fields(redis.call('HGET', QC, w), 7)[4], 0)
     end
     local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id)), vs = vs(id)}
-    me.rank = math.max(0, c - math.max(0, math.floor((now - me.at) / step)))
+    local reps = {}
+    for k = 0, 2 do reps[k] = oldestIn(k, true) end
     local pos, n, by = 1, 0, {0, 0, 0}
     for k = 0, 2 do
       local r = redis.call('ZRANGE', Q[k + 1], 0, -1, 'WITHSCORES')
       for i = 1, #r, 2 do
         n = n + 1
         if r[i] ~= id then
-          local at = tonumber(r[i + 1])
-          local o = {id = r[i], c = k, at = at, rank = math.max(0, k - math.max(0, math.floor((now - at) / step))), vs = vs(r[i])}
-          if before(o, me) then pos = pos + 1 end
-          by[o.rank + 1] = by[o.rank + 1] + 1
+          local o = {id = r[i], c = k, at = tonumber(r[i + 1])}
+          if k == c then
+            o.vs = vs(r[i])
+            if served(o, me) then pos = pos + 1 end
+          elseif classFirst(reps[k], reps[c]) then
+            pos = pos + 1
+          end
+          local ro = rank(o)
+          by[ro + 1] = by[ro + 1] + 1
         end
       end
     end

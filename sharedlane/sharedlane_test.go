@@ -67,7 +67,11 @@ func newProcess(t *testing.T, url, name string, cfg limiter.Config, tweak ...fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(cfg, limiter.WithBackend(b))
+	opts := []limiter.Option{limiter.WithBackend(b)}
+	if c.Clock != nil {
+		opts = append(opts, limiter.WithClock(c.Clock)) // arrivals on the lane's clock
+	}
+	lim, err := limiter.New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

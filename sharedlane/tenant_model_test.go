@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,31 +13,20 @@ import (
 
 	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
-// fakeNow is a clock the test moves; every process of a lane shares it
-// (Config.Now).
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (f *fakeNow) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
-func (f *fakeNow) advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.t = f.t.Add(d)
-}
-
 // tmodel is the reference for a lane shared by tenants: package limiter's
-// rules (class, then the tenant with the least service, then arrival; the
-// reserve; a cap per tenant; a grant charged the tenant's mean slot-time
-// over its weight and settled at release; a tenant that starts waiting
-// lifted to the least settled service first in line, or the last granted
-// tenant's), written plainly, with lane.lua's arithmetic on the lane's
-// clock in ms. Aging is off (an hour's step), as in TestAgainstModel.
+// rules (the three steps: the class whose oldest waiter ranks first, with
+// aging; within it the tenant with the least service; its earliest call;
+// the reserve; a cap per tenant; a grant charged the tenant's mean
+// slot-time over its weight and settled at release; a tenant that starts
+// waiting in a class lifted to the settled service of the one served next
+// there, or the last granted tenant's), written plainly, with lane.lua's
+// arithmetic on the lane's clock in ms.
 type tmodel struct {
 	limit, reserve, cap int
+	step                time.Duration // aging
 	weights             map[string]float64
 	held, queue         []*tcall
 	v, p, e             map[string]float64
@@ -119,21 +107,52 @@ func (m *tmodel) heads() []*tcall {
 	return out
 }
 
-func (m *tmodel) next() *tcall {
+// rank is a waiter's effective class at now (ms): its own, raised a step
+// per aging step waited since its arrival.
+func (m *tmodel) rank(c *tcall, now int64) limiter.Priority {
+	return max(limiter.Interactive, c.class-limiter.Priority(min(2, max(0, (now-c.at)/m.step.Milliseconds()))))
+}
+
+// next returns the waiter granted next at now, in three steps: the class
+// whose oldest waiter (of a tenant not at its cap) has the highest
+// effective class, then the earliest arrival; within it, the tenant with
+// the least service, then arrival (served). Only an interactive call may
+// take a reserved slot.
+func (m *tmodel) next(now int64) *tcall {
 	if len(m.held) >= m.limit {
 		return nil
 	}
-	var best, inter *tcall
+	var reps [3]*tcall
 	for _, h := range m.heads() {
-		if best == nil || h.class < best.class || (h.class == best.class && m.served(h, best)) {
-			best = h
-		}
-		if h.class == limiter.Interactive && (inter == nil || m.served(h, inter)) {
-			inter = h
+		if r := reps[h.class.Index()]; r == nil || h.at < r.at || (h.at == r.at && h.id < r.id) {
+			reps[h.class.Index()] = h
 		}
 	}
-	if best != nil && !m.fits(best.class) {
-		return inter
+	var rep *tcall
+	for _, r := range reps {
+		if r == nil {
+			continue
+		}
+		if rep == nil {
+			rep = r
+			continue
+		}
+		if ra, rb := m.rank(r, now), m.rank(rep, now); ra < rb || ra == rb && (r.at < rep.at || r.at == rep.at && r.id < rep.id) {
+			rep = r
+		}
+	}
+	if rep == nil {
+		return nil
+	}
+	class := rep.class
+	if !m.fits(limiter.Default) {
+		class = limiter.Interactive
+	}
+	var best *tcall
+	for _, h := range m.heads() {
+		if h.class == class && (best == nil || m.served(h, best)) {
+			best = h
+		}
 	}
 	return best
 }
@@ -171,31 +190,31 @@ func (m *tmodel) unhold(c *tcall, now int64) {
 	m.est = le + (d-le)/8
 }
 
-func (m *tmodel) lift(t string) {
-	floor, ok := 0.0, false
-	first := map[limiter.Priority]*tcall{}
+// lift raises t's service, as it starts waiting in class p, to the
+// settled service of the tenant served next in p, or with none waiting
+// there, of the tenant granted last.
+func (m *tmodel) lift(t string, p limiter.Priority) {
+	var first *tcall
 	for _, h := range m.heads() {
-		if f := first[h.class]; f == nil || m.served(h, f) {
-			first[h.class] = h
+		if h.class == p && (first == nil || m.served(h, first)) {
+			first = h
 		}
 	}
-	for _, h := range first {
-		if s := m.v[h.tenant] - m.p[h.tenant]; !ok || s < floor {
-			floor, ok = s, true
-		}
-	}
-	if !ok {
-		if m.last == "" {
-			return
-		}
+	var floor float64
+	switch {
+	case first != nil:
+		floor = m.v[first.tenant] - m.p[first.tenant]
+	case m.last != "":
 		floor = m.v[m.last] - m.p[m.last]
+	default:
+		return
 	}
 	m.v[t] = max(m.v[t], floor)
 }
 
 func (m *tmodel) dispatch(now int64) []*tcall {
 	var out []*tcall
-	for c := m.next(); c != nil; c = m.next() {
+	for c := m.next(now); c != nil; c = m.next(now) {
 		m.queue = slices.DeleteFunc(m.queue, func(o *tcall) bool { return o == c })
 		m.hold(c, now)
 		out = append(out, c)
@@ -222,10 +241,12 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 	weights := map[string]float64{"a": 2}
 	cfg := limiter.Config{MaxInflight: limit, InteractiveReserve: rng.IntN(limit), QueueTimeout: time.Hour,
 		Fairness: &limiter.Fairness{Weights: weights, MaxInflightPerTenant: []int{0, 0, 1, 2}[rng.IntN(4)]}}
-	clock := &fakeNow{t: time.Now().Add(time.Hour)}
+	clock := limitertest.NewClock(time.Now().Add(time.Hour))
 	prefix := fmt.Sprintf("tmodel%d", seed)
+	// Steps of 1 to 4 s: a waiter ages a class in a few steps.
+	const agingStep = 20 * time.Second
 	tweak := func(c *Config) {
-		c.AgingStep, c.KeyPrefix, c.Now, c.LeaseTTL = time.Hour, prefix, clock.now, time.Hour
+		c.AgingStep, c.KeyPrefix, c.Clock, c.LeaseTTL = agingStep, prefix, clock, time.Hour
 	}
 	var procs []*process
 	for i := range 3 {
@@ -235,7 +256,7 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 	// seen on the lane's clock: pass it.
 	first := procs[0].start(context.Background(), limiter.Default)
 	waitQueued(t, procs[0], 1)
-	clock.advance(2 * time.Hour)
+	clock.Advance(2 * time.Hour)
 	first.cancel()
 	first.wait(t)
 	if first.err == nil {
@@ -245,9 +266,9 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 	tkey := procs[0].b.keysOf(lane).keys[9]
 	rdb.Del(context.Background(), tkey)
 
-	m := &tmodel{limit: limit, reserve: cfg.Reserve(), cap: cfg.Fairness.MaxInflightPerTenant, weights: weights,
+	m := &tmodel{step: agingStep, limit: limit, reserve: cfg.Reserve(), cap: cfg.Fairness.MaxInflightPerTenant, weights: weights,
 		v: map[string]float64{}, p: map[string]float64{}, e: map[string]float64{}, est: 1}
-	nowMs := func() int64 { return clock.now().UnixMilli() }
+	nowMs := func() int64 { return clock.Now().UnixMilli() }
 	granted := func(step string, cs []*tcall) {
 		t.Helper()
 		for _, c := range cs {
@@ -293,7 +314,7 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 	}
 	next := 0
 	for i := range 120 {
-		clock.advance(time.Duration(1000+rng.IntN(3000)) * time.Millisecond)
+		clock.Advance(time.Duration(1000+rng.IntN(3000)) * time.Millisecond)
 		switch op := rng.IntN(10); {
 		case op < 5 || len(m.held)+len(m.queue) == 0: // acquire
 			p := rng.IntN(3)
@@ -311,8 +332,8 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 				m.hold(c, nowMs())
 				got = []*tcall{c}
 			} else {
-				if !slices.ContainsFunc(m.queue, func(o *tcall) bool { return o.tenant == tn }) {
-					m.lift(tn)
+				if !slices.ContainsFunc(m.queue, func(o *tcall) bool { return o.tenant == tn && o.class == c.class }) {
+					m.lift(tn, c.class)
 				}
 				m.queue = append(m.queue, c)
 				got = m.dispatch(nowMs())

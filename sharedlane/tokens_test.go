@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
 // Two processes share one lane's token budget in Redis, decided with the
@@ -18,9 +19,9 @@ import (
 // refused at once.
 func TestSharedTokenBudget(t *testing.T) {
 	r := startRedis(t)
-	clock := &fakeNow{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour, TokensPerMinute: 1000}
-	now := func(c *Config) { c.Now = clock.now }
+	now := func(c *Config) { c.Clock = clock }
 	a, b := newProcess(t, r.URL(), "a", cfg, now), newProcess(t, r.URL(), "b", cfg, now)
 	cost := func(n int64) context.Context { return limiter.WithTokens(context.Background(), n) }
 
@@ -48,12 +49,12 @@ func TestSharedTokenBudget(t *testing.T) {
 	// looks again every PollEvery.
 	c3 := a.start(cost(900), limiter.Default)
 	queuedGlobally(t, b, 1)
-	clock.advance(30 * time.Second) // 300 + 500: not yet
+	clock.Advance(30 * time.Second) // 300 + 500: not yet
 	time.Sleep(150 * time.Millisecond)
 	if c3.ended() {
 		t.Fatal("granted before the budget refilled")
 	}
-	clock.advance(7 * time.Second)
+	clock.Advance(7 * time.Second)
 	if c3.wait(t).err != nil {
 		t.Fatal(c3.err)
 	}
@@ -80,9 +81,9 @@ func TestSharedTokenBudget(t *testing.T) {
 // its 5 s.
 func TestSharedProviderLimits(t *testing.T) {
 	r := startRedis(t)
-	clock := &fakeNow{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour}
-	now := func(c *Config) { c.Now = clock.now }
+	now := func(c *Config) { c.Clock = clock }
 	a, b := newProcess(t, r.URL(), "a", cfg, now), newProcess(t, r.URL(), "b", cfg, now)
 	cost := func(n int64) context.Context { return limiter.WithTokens(context.Background(), n) }
 	report := func(p *process, c *call, remaining int64, reset time.Duration) {
@@ -118,12 +119,12 @@ func TestSharedProviderLimits(t *testing.T) {
 	remaining(0, a, b)
 	c4 := b.start(cost(600), limiter.Default)
 	queuedGlobally(t, a, 1)
-	clock.advance(35 * time.Second) // 583: not yet
+	clock.Advance(35 * time.Second) // 583: not yet
 	time.Sleep(150 * time.Millisecond)
 	if c4.ended() {
 		t.Fatal("granted before the provider's budget refilled")
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if c4.wait(t).err != nil {
 		t.Fatal(c4.err)
 	}
@@ -134,12 +135,12 @@ func TestSharedProviderLimits(t *testing.T) {
 	if s := b.lim.Snapshot().Lanes[0].Tokens; s == nil || s.Provider == nil || s.Provider.RetryAfter != 5 {
 		t.Fatalf("tokens %+v, want the provider's hold of 5 s", s)
 	}
-	clock.advance(4 * time.Second)
+	clock.Advance(4 * time.Second)
 	time.Sleep(150 * time.Millisecond)
 	if c5.ended() {
 		t.Fatal("granted during the Retry-After")
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if c5.wait(t).err != nil {
 		t.Fatal(c5.err)
 	}
@@ -148,7 +149,7 @@ func TestSharedProviderLimits(t *testing.T) {
 	}
 	// The provider's word binds until its budget is whole again (at most
 	// two windows), then goes: a look at the lane then forgets it.
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	a.lim.Snapshot()
 	noResidue(t, r)
 }
@@ -162,9 +163,9 @@ func TestSharedProviderLimits(t *testing.T) {
 // would alternate them.
 func TestSharedFairSharesByTokens(t *testing.T) {
 	r := startRedis(t)
-	clock := &fakeNow{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Hour}
-	now := func(c *Config) { c.Now = clock.now }
+	now := func(c *Config) { c.Clock = clock }
 	procs := map[string]*process{"long": newProcess(t, r.URL(), "a", cfg, now), "short": newProcess(t, r.URL(), "b", cfg, now)}
 	cost := map[string]int64{"long": 4000, "short": 1000}
 	waiting := map[*call]string{}

@@ -1,0 +1,106 @@
+package sharedlane
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmlanes/llmlanes/internal/lanescenario"
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
+	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/limitertest"
+)
+
+// TestScenarios runs package limiter's scenario files on lane.lua, in a
+// real redis-server, on the scenario's clock (Config.Clock): the output
+// must be the in-process limiter's, line for line, but where a file marks
+// a line as one engine's, with the reason.
+func TestScenarios(t *testing.T) {
+	lanescenario.RunDir(t, "../limiter/testdata/scenarios", &shared{r: startRedis(t)})
+}
+
+type shared struct {
+	r  *redistest.Server
+	n  atomic.Int64
+	mu sync.Mutex
+	of map[*limiter.Limiter]*Backend
+}
+
+func (*shared) Name() string { return "shared" }
+
+func (e *shared) New(t testing.TB, cfg limiter.Config, clock *limitertest.Clock) (*limiter.Limiter, error) {
+	// An hour's lease: the scenario's clock moves by minutes while the
+	// leases are never renewed (that runs on the system's clock).
+	b, err := New(Config{URL: e.r.URL(), Process: "p", KeyPrefix: fmt.Sprintf("scenario%d", e.n.Add(1)),
+		LeaseTTL: time.Hour, PollEvery: 5 * time.Millisecond, Clock: clock, Log: quiet})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { b.Close() })
+	// The lane grants nothing for one lease after the server's start, as
+	// its clock tells: the scenario's starts long after.
+	lk := b.keysOf(lanescenario.Lane)
+	if err := b.rdb.HSet(context.Background(), lk.keys[8], "boot", clock.Now().Add(-2*time.Hour).UnixMilli()).Err(); err != nil {
+		return nil, err
+	}
+	lim, err := limiter.New(cfg, limiter.WithBackend(b), limiter.WithClock(clock))
+	if err == nil {
+		e.mu.Lock()
+		if e.of == nil {
+			e.of = map[*limiter.Limiter]*Backend{}
+		}
+		e.of[lim] = b
+		e.mu.Unlock()
+	}
+	return lim, err
+}
+
+// Queue reads the lane's waiters (qc) and the tenants' service (t) from
+// Redis.
+func (e *shared) Queue(t testing.TB, lim *limiter.Limiter, lane string) lanescenario.Queue {
+	ctx := context.Background()
+	e.mu.Lock()
+	b := e.of[lim]
+	e.mu.Unlock()
+	rdb, lk := b.rdb, b.keysOf(lane)
+	qc, err := rdb.HGetAll(ctx, lk.keys[3]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q lanescenario.Queue
+	names := map[string]bool{limiter.DefaultTenant: true}
+	for id, v := range qc {
+		f := strings.Split(v, "|")
+		class, _ := strconv.Atoi(f[0])
+		at, _ := strconv.ParseInt(f[1], 10, 64)
+		seq, err := strconv.ParseUint(id[:16], 16, 64)
+		if err != nil {
+			t.Fatalf("waiter %q: %v", id, err)
+		}
+		q.Waiters = append(q.Waiters, lanescenario.Waiter{Class: limiter.Priority(class) + limiter.Interactive, Tenant: f[3],
+			Arrival: time.UnixMilli(at), Seq: seq})
+		names[f[3]] = true
+	}
+	ts, err := rdb.HGetAll(ctx, lk.keys[9]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ts["measured"]; !ok {
+		return q
+	}
+	for k := range ts {
+		if p, name, ok := strings.Cut(k, ":"); ok && (p == "v" || p == "i") {
+			names[name] = true
+		}
+	}
+	q.Service = map[string]float64{}
+	for name := range names {
+		q.Service[name], _ = strconv.ParseFloat(ts["v:"+name], 64)
+	}
+	return q
+}
