@@ -112,15 +112,17 @@ type LimitsLease interface {
 	RecordLimits(pl ProviderLimits)
 }
 
-// A ProviderForgetter is a Backend that keeps the provider's word for whole
-// lanes (its Leases are LimitsLeases) and can forget it. SetConfig calls
-// ForgetProviders with the keys of the lanes this process knows, so that a
-// reload clears what the provider said of them in every process, as it
-// does for a lane kept here. What cannot reach the store within ctx is
-// left; it binds for at most two provider windows anyway.
-type ProviderForgetter interface {
+// A Reloader is a Backend that takes a reload at once. SetConfig calls
+// Reload with the keys of the lanes this process knows and the new
+// settings, so that, as in a lane kept here, the waiters get at once what
+// the new settings allow (a higher limit, a cap lifted), and what the
+// provider said of the lanes is forgotten in every process. What cannot
+// reach the store within ctx is left: the settings apply from the lane's
+// next acquisition, and the provider's word binds for at most two provider
+// windows anyway.
+type Reloader interface {
 	Backend
-	ForgetProviders(ctx context.Context, keys []string)
+	Reload(ctx context.Context, keys []string, cfg Config)
 }
 
 // forgetTimeout bounds how long a reload waits for a Backend to forget the

@@ -61,6 +61,7 @@ type QueuedCall struct {
 	Tenant  string
 	Arrival time.Time
 	Seq     uint64
+	Tokens  int64
 }
 
 // LaneQueue returns lane key's waiters in enqueue order and, once a call
@@ -73,7 +74,7 @@ func LaneQueue(lim *Limiter, key string) ([]QueuedCall, map[string]float64) {
 	defer l.mu.Unlock()
 	var out []QueuedCall
 	for w := l.q.oldest; w != nil; w = w.next {
-		out = append(out, QueuedCall{w.prio, w.t.name, w.arrival, w.seq})
+		out = append(out, QueuedCall{w.prio, w.t.name, w.arrival, w.seq, w.cost})
 	}
 	var service map[string]float64
 	if l.tenants.measured {

@@ -107,7 +107,7 @@ type hold struct {
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
 	l := &lane{lim: lim, key: key, stats: stats.New(lim.origin), q: newQueue()}
-	l.tenants.deflt = newTenant(DefaultTenant, initialSlotTime)
+	l.tenants.deflt = newTenant(DefaultTenant)
 	l.tenants.est = initialSlotTime
 	l.touchLocked(lim.clock.Now())
 	l.adaptLocked(cfg)

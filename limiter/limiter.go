@@ -112,11 +112,11 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		ln.mu.Unlock()
 		return true
 	})
-	if pf, ok := l.backend.(ProviderForgetter); ok && len(keys) > 0 {
+	if rl, ok := l.backend.(Reloader); ok && len(keys) > 0 {
 		// After the lanes' locks: no lane lock is held while calling a
 		// Backend.
 		ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
-		pf.ForgetProviders(ctx, keys)
+		rl.Reload(ctx, keys, cfg)
 		cancel()
 	}
 	l.mu.Lock()

@@ -102,6 +102,7 @@ type mLane struct {
 // over its weight; a release settles the difference to the real one.
 type mTenant struct {
 	vs, est, served float64
+	hasEst          bool    // est is its own: one of its calls has ended
 	pending         float64 // what its calls in flight were charged
 	inflight        int
 }
@@ -165,7 +166,7 @@ func (m *model) now() time.Time { return m.h.clock.Now() }
 
 func (m *model) lane(k string) *mLane {
 	if m.lanes[k] == nil {
-		m.lanes[k] = &mLane{tenants: map[string]*mTenant{"default": {est: 1}}, est: 1}
+		m.lanes[k] = &mLane{tenants: map[string]*mTenant{"default": {}}, est: 1}
 	}
 	return m.lanes[k]
 }
@@ -183,12 +184,12 @@ func (m *model) tenant(k, name string) string {
 	if name == "other" || (m.fairness().MaxTenants > 0 && ln.named >= m.fairness().MaxTenants) {
 		name = "other"
 		if ln.tenants[name] == nil {
-			ln.tenants[name] = &mTenant{est: ln.est}
+			ln.tenants[name] = &mTenant{}
 		}
 		return name
 	}
 	ln.named++
-	ln.tenants[name] = &mTenant{est: ln.est}
+	ln.tenants[name] = &mTenant{}
 	return name
 }
 
@@ -264,7 +265,7 @@ func (m *model) grant(k string, hd *mHeld) {
 	ln.last = hd.tenant
 	if ln.measured {
 		hd.timed, hd.at = true, int64(m.now().Sub(t0))
-		hd.charge = t.est / m.weight(hd.tenant)
+		hd.charge = estOf(ln, t) / m.weight(hd.tenant)
 		t.vs += hd.charge
 		t.pending += hd.charge
 	}
@@ -285,9 +286,19 @@ func (m *model) settleRelease(hd *mHeld) {
 		t.vs += d/m.weight(hd.tenant) - hd.charge
 		t.pending -= hd.charge
 		t.served += d
-		t.est += (d - t.est) / 4
+		e := estOf(ln, t)
+		t.est, t.hasEst = e+(d-e)/4, true
 		ln.est += (d - ln.est) / 8
 	}
+}
+
+// estOf is what a grant to t is charged: the mean slot-time of its calls,
+// or before one has ended, the lane's at the grant.
+func estOf(ln *mLane, t *mTenant) float64 {
+	if t.hasEst {
+		return t.est
+	}
+	return ln.est
 }
 
 func rank(w *mWaiter, now time.Time) limiter.Priority {

@@ -25,7 +25,7 @@ func (local) Queue(_ testing.TB, lim *limiter.Limiter, lane string) lanescenario
 	ws, service := limiter.LaneQueue(lim, lane)
 	q := lanescenario.Queue{Service: service}
 	for _, w := range ws {
-		q.Waiters = append(q.Waiters, lanescenario.Waiter{Class: w.Class, Tenant: w.Tenant, Arrival: w.Arrival, Seq: w.Seq})
+		q.Waiters = append(q.Waiters, lanescenario.Waiter{Class: w.Class, Tenant: w.Tenant, Arrival: w.Arrival, Seq: w.Seq, Tokens: w.Tokens})
 	}
 	return q
 }

@@ -80,7 +80,8 @@ type tenant struct {
 	label    string  // for events: name, or "" for DefaultTenant
 	vs       float64 // weighted service, in seconds of slot-time per unit of weight
 	pending  float64 // the part of vs charged to calls still in flight
-	est      float64 // what a grant is charged, in seconds of slot-time
+	est      float64 // the mean slot-time of its calls, in seconds, once one has ended (hasEst)
+	hasEst   bool
 	served   float64 // slot-time received, in seconds (unweighted)
 	inflight int
 	queued   int
@@ -91,8 +92,8 @@ type tenant struct {
 	over over
 }
 
-func newTenant(name string, est float64) *tenant {
-	t := &tenant{name: name, label: name, est: est}
+func newTenant(name string) *tenant {
+	t := &tenant{name: name, label: name}
 	if name == DefaultTenant {
 		t.label = ""
 	}
@@ -145,14 +146,25 @@ func (l *lane) tenantLocked(cfg *Config, name string) *tenant {
 	}
 	if name == OtherTenant || (cfg.fairness().MaxTenants > 0 && named >= cfg.fairness().MaxTenants) {
 		if ts.other == nil {
-			ts.other = newTenant(OtherTenant, ts.est)
+			ts.other = newTenant(OtherTenant)
 			ts.byName[OtherTenant] = ts.other
 		}
 		return ts.other
 	}
-	t := newTenant(name, ts.est)
+	t := newTenant(name)
 	ts.byName[name] = t
 	return t
+}
+
+// estOf returns what a grant to t is charged, in seconds of slot-time: the
+// mean slot-time of its calls, or before one has ended, the lane's as it
+// is then (so a tenant's first call is charged what the lane knows at its
+// grant, not at the tenant's first sight).
+func (ts *tenants) estOf(t *tenant) float64 {
+	if t.hasEst {
+		return t.est
+	}
+	return ts.est
 }
 
 // weight returns t's weight under cfg.
@@ -207,7 +219,7 @@ func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold, cost int64) {
 			l.inTokensLocked(cost)
 		}
 		h.timed, h.at = true, l.nowNS()
-		c := t.est
+		c := l.tenants.estOf(t)
 		if h.inTokens = l.tenants.tokens; h.inTokens {
 			c = l.tenants.perCall
 			if cost > 0 {
@@ -249,7 +261,8 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 			t.pending -= h.charge
 		}
 		t.served += d
-		t.est += (d - t.est) / 4
+		e := l.tenants.estOf(t)
+		t.est, t.hasEst = e+(d-e)/4, true
 		l.tenants.est += (d - l.tenants.est) / 8
 		h.timed, h.at, h.charge, h.inTokens = false, 0, 0, false
 		l.q.serviceChanged(t)

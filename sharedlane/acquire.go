@@ -71,9 +71,9 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 		if len(res) != 3 {
 			return nil, fmt.Errorf("sharedlane: unexpected answer %v", v)
 		}
-		if res[0] == "too_large" {
-			limit, _ := res[2].(int64)
-			return nil, &limiter.TokenBudgetError{Lane: r.Lane, Tokens: r.Tokens, Budget: "provider", Limit: limit}
+		if e := tooLarge(v); e != nil {
+			e.Lane, e.Tokens = r.Lane, r.Tokens
+			return nil, e
 		}
 		id := fmt.Sprint(res[1])
 		if res[0] == "granted" {
@@ -89,6 +89,22 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 			return l, err
 		}
 	}
+}
+
+// tooLarge reads an answer {'too_large', budget, its size}: the budget a
+// call is larger than whole ('' for the provider's last announced limit).
+// nil for any other answer.
+func tooLarge(v any) *limiter.TokenBudgetError {
+	r, ok := v.([]any)
+	if !ok || len(r) != 3 || r[0] != "too_large" {
+		return nil
+	}
+	budget, _ := r[1].(string)
+	if budget == "" {
+		budget = "provider"
+	}
+	limit, _ := r[2].(int64)
+	return &limiter.TokenBudgetError{Budget: budget, Limit: limit}
 }
 
 // tenantOf is r's tenant, DefaultTenant when it names none; weightOf its
@@ -153,6 +169,11 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 			return nil, nil, true, true
 		case v == "granted":
 			return b.hold(lk, id, r, b.renewedAt(w)), nil, false, true
+		case tooLarge(v) != nil:
+			// A reload made the call larger than a whole budget.
+			e := tooLarge(v)
+			e.Lane, e.Tokens = r.Lane, r.Tokens
+			return nil, e, false, true
 		case v == "gone":
 			return nil, nil, true, true
 		}

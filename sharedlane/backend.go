@@ -282,13 +282,18 @@ func (b *Backend) markDown(err error) {
 // the slot (limiter.TokenBackend).
 func (b *Backend) KeepsTokenBudgets() bool { return true }
 
-// ForgetProviders forgets what the provider's headers said of the lanes
-// keys, in Redis, for every process (limiter.ProviderForgetter): a reload
-// starts them from a clean slate. A lane Redis cannot be reached for
-// within ctx keeps it; it binds for at most two provider windows.
-func (b *Backend) ForgetProviders(ctx context.Context, keys []string) {
+// Reload puts the lanes keys under cfg (limiter.Reloader): their waiters,
+// in every process, get at once what it allows, and what the provider's
+// headers said of them is forgotten in Redis, so that a reload starts
+// them from a clean slate. A lane Redis cannot be reached for within ctx
+// takes cfg at its next acquisition here, and the provider's word binds
+// for at most two provider windows.
+func (b *Backend) Reload(ctx context.Context, keys []string, cfg limiter.Config) {
 	for _, k := range keys {
-		if _, err := b.run(ctx, b.keysOf(k), "forget"); err != nil {
+		lk := b.keysOf(k)
+		c := cfg
+		lk.cfg.Store(&c)
+		if _, err := b.run(ctx, lk, "reload"); err != nil {
 			if !isScriptError(err) {
 				b.markDown(err)
 			}

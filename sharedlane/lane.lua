@@ -3,13 +3,14 @@
 -- KEYS (one hash slot: every key carries the lane's {tag}):
 --   1 h   ZSET  holder id -> lease expiry (ms)
 --   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|estimate|cost|call|
---               grant|process": charge is its tenant's ('-': none; 't' first: in
---               tokens); estimate and cost are what the token budget was charged at
---               the grant and now (0 without a budget); call is the call's own
+--               grant|process|base": charge is its tenant's ('-': none; 't' first:
+--               in tokens); estimate and cost are what the token budget was charged
+--               at the grant and now (0 without a budget); call is the call's
 --               estimate, its use once settled ('' if it carried none); grant is
---               the lane's grant count at its grant (see op limits)
+--               the lane's grant count at its grant (see op limits); base is the
+--               estimate as its caller gave it, before a raise (see calibrate)
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
---   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process"
+--   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process|base"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
 --   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
@@ -23,7 +24,9 @@
 --               (the lane's mean slot-time), last (the tenant granted last), measured
 --               (a call has named a tenant: grants are charged from then on), tok (a
 --               call carried a token estimate: service is counted in tokens from
---               then on, as in package limiter) and pc (the mean tokens of a call)
+--               then on, as in package limiter), pc (the mean tokens of a call) and
+--               o:NAME "ratio|at (ms)" (how far its calls' use ran past their
+--               estimates: see calibrate)
 --   11 pv  STRING  the provider's word (op limits: see provider), which expires
 --               when it stops binding: at most two provider windows after it was said
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
@@ -38,9 +41,9 @@
 -- refills continuously, kept in m. The first in line is granted only when the
 -- bucket holds its estimate and the estimates in flight leave room for it; a
 -- grant takes the estimate, a settlement (op settle) replaces it with the use.
--- A waiter larger than the whole budget (a reload made it so) is granted once
--- the bucket is full, rather than left to hold the line. The provider's word
--- (op limits, see provider) binds with the budget, with or without one.
+-- A waiter larger than a whole budget (a reload made it so) is refused (op
+-- reload, and dispatch). The provider's word (op limits, see provider) binds
+-- with the budget, with or without one.
 --
 -- Order: package limiter's three steps, on Redis' clock (see its documentation
 -- for the charges and the lift, and "The order" below). The tenants of a class
@@ -157,7 +160,7 @@ local function level()
   if tokenLevel == nil then
     local r = redis.call('HMGET', M, 'tl', 'ta')
     local l, at = tonumber(r[1] or ''), tonumber(r[2] or '')
-    if l == nil then l, at = tpm - inflightTokens(), now end
+    if l == nil then l, at = math.max(0, tpm - inflightTokens()), now end
     tokenLevel = math.min(tpm, l + tpm * math.max(0, now - at) / 60000)
   end
   return tokenLevel
@@ -256,6 +259,29 @@ end
 -- the estimate, for the provider's word and the tenants' shares); a budget
 -- a reload turns on counts the calls granted from then on.
 local budgeted = tpm > 0 or maxtok > 0
+-- adopt, as a budget is turned on (m's tb is set while one is), counts the
+-- estimates of the calls holding slots, granted while none was, in the
+-- estimates in flight, as package limiter does: a budget starts full, less
+-- them. As one is turned off, the bucket goes with it.
+local function adopt()
+  local on = redis.call('HEXISTS', M, 'tb') == 1
+  if budgeted == on then return end
+  if not budgeted then
+    redis.call('HDEL', M, 'tb', 'tl', 'ta', 'ti')
+    return
+  end
+  local ti = 0
+  local all = redis.call('HGETALL', HC)
+  for i = 1, #all, 2 do
+    local f = fields(all[i + 1], 11)
+    local e = tonumber(f[8]) or 0
+    f[6], f[7] = e, e
+    ti = ti + e
+    redis.call('HSET', HC, all[i], table.concat(f, '|'))
+  end
+  redis.call('HSET', M, 'tb', 1, 'ti', ti)
+  if tpm > 0 then setLevel(math.max(0, tpm - ti)) end
+end
 local function tokensFit(cost)
   if not provFits(cost) then return false end
   if not budgeted then return true end
@@ -274,7 +300,7 @@ end
 local function unqueue(id)
   local v = redis.call('HGET', QC, id)
   if not v then return false end
-  local f = fields(v, 7)
+  local f = fields(v, 8)
   local c, tenant = tonumber(f[1]), f[4]
   redis.call('ZREM', Q[c + 1], id)
   redis.call('ZREM', tq(c, tenant), id)
@@ -293,7 +319,7 @@ local function unhold(id)
   redis.call('HDEL', HC, id)
   redis.call('HDEL', G, id)
   if v then
-    local f = fields(v, 10)
+    local f = fields(v, 11)
     local tenant, at, cf, w = f[2], tonumber(f[3]), f[4], tonumber(f[5])
     local est = tonumber(f[6]) or 0
     if est ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', -est) end
@@ -341,8 +367,11 @@ local function fits(c, n, others)
   return n < limit and (c == 0 or others < limit - reserve)
 end
 
+-- skip holds the tenants set aside for the dispatch under way (see dispatch).
+local skip = {}
+
 local function capped(tenant)
-  return cap > 0 and num('i:' .. tenant, 0) >= cap
+  return skip[tenant] or (cap > 0 and num('i:' .. tenant, 0) >= cap)
 end
 
 -- The order, in three steps (package limiter's queue; docs/DESIGN.md,
@@ -380,7 +409,7 @@ end
 -- is not at its cap unless all is set (for a place in line). Without a cap
 -- it is the class's first member.
 local function oldestIn(c, all)
-  if cap == 0 or all then
+  if all or (cap == 0 and next(skip) == nil) then
     local r = redis.call('ZRANGE', Q[c + 1], 0, 0, 'WITHSCORES')
     if #r == 0 then return nil end
     return {id = r[1], c = c, at = tonumber(r[2])}
@@ -445,13 +474,14 @@ local function measured()
   return redis.call('HEXISTS', T, 'measured') == 1
 end
 
-local function hold(id, c, tenant, w, proc, expiry, cost)
+local function hold(id, c, tenant, w, proc, expiry, cost, base)
   redis.call('ZADD', H, expiry or (now + ttl), id)
   local call = tonumber(cost) or 0
   cost = budgeted and call or 0
   takeTokens(call, cost)
   local grant = redis.call('HINCRBY', M, 'gs', 1)
-  local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc
+  local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc ..
+    '|' .. (base or call)
   if measured() then
     if call > 0 and not tokens() then toTokens(call) end
     local vs, pending, e = share(tenant)
@@ -471,12 +501,62 @@ local function hold(id, c, tenant, w, proc, expiry, cost)
   redis.call('HINCRBY', T, 'i:' .. tenant, 1)
 end
 
+-- Estimates that learn (package limiter's calibrate.go): a tenant whose calls
+-- used more than their estimates has its next estimates raised by its ratio,
+-- fading back to 1 with a half-life of a minute, at most the lane's smallest
+-- budget; a raised call does not hold the line (dispatch).
+local halfLife = 60000
+local function smallest()
+  local s = 0
+  for _, b in ipairs({tpm, maxtok, tonumber(redis.call('HGET', M, 'pl') or '') or 0}) do
+    if b > 0 and (s == 0 or b < s) then s = b end
+  end
+  return s
+end
+local function ratio(tenant)
+  local v = redis.call('HGET', T, 'o:' .. tenant)
+  if not v then return 1 end
+  local f = fields(v, 2)
+  local r, at = tonumber(f[1]), tonumber(f[2])
+  if r <= 1 then return 1 end
+  return 1 + (r - 1) * 2 ^ (-(now - at) / halfLife)
+end
+local function calibrate(tenant, cost)
+  if cost <= 0 then return cost end
+  local f = ratio(tenant)
+  if f <= 1 then return cost end -- none of its calls ran past its estimate
+  local ceiling = smallest()
+  if ceiling == 0 or cost >= ceiling then return cost end
+  return math.min(ceiling, math.ceil(cost * f))
+end
+local function learn(tenant, base, used)
+  if base <= 0 then return end
+  redis.call('HSET', T, 'o:' .. tenant, exact(math.max(used / base, ratio(tenant))) .. '|' .. now)
+end
+
+-- tooLarge returns the budget a call estimated at base (as its caller gave
+-- it) exceeds whole, and its size, or nil.
+local function tooLarge(base)
+  if base <= 0 then return nil end
+  if tpm > 0 and base > tpm then return 'tokens_per_minute', tpm end
+  if maxtok > 0 and base > maxtok then return 'max_inflight_tokens', maxtok end
+  return nil
+end
+
+-- refuse takes waiter id out of the queue, too large for budget (of
+-- size): its process is told as of a grant (g), and its take says so.
+local function refuse(id, budget, size)
+  unqueue(id)
+  redis.call('HSET', G, id, 'x|' .. budget .. '|' .. size)
+end
+
 -- dispatch grants slots to waiters while any may have one, and tells the
 -- waiting processes.
 local function dispatch()
   local granted = {}
   if limit == 0 or queued() == 0 or quiet() then return granted end
   local n, others = counts()
+  local told = {} -- grants and refusals, for the waiting processes
   while n < limit do
     local c
     if fits(1, n, others) then
@@ -490,21 +570,35 @@ local function dispatch()
     end
     local best = c and firstIn(c)
     if best == nil then break end
-    local f = fields(redis.call('HGET', QC, best.id), 7)
-    -- The first in line holds it while the budget has no room for it.
-    if not tokensFit(tonumber(f[6])) then break end
-    -- The slot keeps the place's lease: a dead process's place granted
-    -- just before it lapses lapses as a slot just as soon.
-    local expiry = tonumber(redis.call('ZSCORE', QX, best.id))
-    unqueue(best.id)
-    hold(best.id, best.c, f[4], tonumber(f[5]), f[7], expiry, tonumber(f[6]))
-    redis.call('HSET', G, best.id, now)
-    n = n + 1
-    if best.c ~= 0 then others = others + 1 end
-    granted[#granted + 1] = best.id
+    local f = fields(redis.call('HGET', QC, best.id), 8)
+    local cost = tonumber(f[6])
+    local base = tonumber(f[8]) or cost
+    local budget, size = tooLarge(base)
+    if budget then
+      refuse(best.id, budget, size)
+      told[#told + 1] = best.id
+    elseif not tokensFit(cost) then
+      -- The first in line holds it while the budget has no room for it,
+      -- but not a call raised for its tenant's under-estimates: that
+      -- tenant's calls are set aside for this dispatch.
+      if cost <= base then break end
+      skip[f[4]] = true
+    else
+      -- The slot keeps the place's lease: a dead process's place granted
+      -- just before it lapses lapses as a slot just as soon.
+      local expiry = tonumber(redis.call('ZSCORE', QX, best.id))
+      unqueue(best.id)
+      hold(best.id, best.c, f[4], tonumber(f[5]), f[7], expiry, cost, base)
+      redis.call('HSET', G, best.id, now)
+      n = n + 1
+      if best.c ~= 0 then others = others + 1 end
+      granted[#granted + 1] = best.id
+      told[#told + 1] = best.id
+    end
   end
-  if #granted > 0 then
-    redis.call('PUBLISH', channel, tag .. ' ' .. table.concat(granted, ','))
+  skip = {}
+  if #told > 0 then
+    redis.call('PUBLISH', channel, tag .. ' ' .. table.concat(told, ','))
   end
   return granted
 end
@@ -523,24 +617,26 @@ local function newid(suffix)
   return string.format('%016x', redis.call('HINCRBY', M, 'seq', 1)) .. ':' .. suffix
 end
 
+adopt()
 sweep()
 local out
 if op == 'acquire' then
   -- ARGV A+1 class, +2 age of the logical arrival (ms), +3 process, +4 lane key,
   -- +5 id suffix, +6 tenant, +7 its weight, +8 its estimate (tokens)
   local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
-  local tenant, w, cost = ARGV[A + 6], tonumber(ARGV[A + 7]), tonumber(ARGV[A + 8])
+  local tenant, w, base = ARGV[A + 6], tonumber(ARGV[A + 7]), tonumber(ARGV[A + 8])
   local pl = tonumber(redis.call('HGET', M, 'pl') or '') or 0
-  if pl > 0 and cost > pl then
+  if pl > 0 and base > pl then
     -- Larger than the provider's whole limit: it could never be served.
     return {'too_large', '', pl}
   end
+  local cost = calibrate(tenant, base)
   redis.call('HSET', M, 'lane', ARGV[A + 4])
   if tenant ~= 'default' then redis.call('HSETNX', T, 'measured', 1) end
   local n, others = counts()
   local id = newid(ARGV[A + 5])
   if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) and tokensFit(cost) then
-    hold(id, c, tenant, w, proc, nil, cost)
+    hold(id, c, tenant, w, proc, nil, cost, base)
     out = {'granted', id, 0}
   else
     local at = now - age
@@ -550,7 +646,7 @@ if op == 'acquire' then
     redis.call('ZADD', tq(c, tenant), at, id)
     redis.call('SADD', Q[c + 1] .. '@', tenant)
     redis.call('ZADD', QX, now + ttl, id)
-    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc)
+    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc .. '|' .. base)
     -- A newcomer can be served at once: an interactive call may take a
     -- slot the queued work may not, and an early arrival may rank first.
     for _, g in ipairs(dispatch()) do
@@ -585,7 +681,7 @@ elseif op == 'cancel' then
     -- not), within its class by service, then arrival (package limiter's
     -- queue.position).
     local vs = function(w)
-      return num('v:' .. fields(redis.call('HGET', QC, w), 7)[4], 0)
+      return num('v:' .. fields(redis.call('HGET', QC, w), 8)[4], 0)
     end
     local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id)), vs = vs(id)}
     local reps = {}
@@ -610,10 +706,14 @@ elseif op == 'cancel' then
     end
     unqueue(id)
     out = {'removed', pos, n, by[1], by[1] + by[2], by[1] + by[2] + by[3]}
-  elseif redis.call('HDEL', G, ARGV[A + 1]) == 1 or redis.call('ZSCORE', H, ARGV[A + 1]) then
-    out = 'granted'
   else
-    out = 'gone'
+    local g = redis.call('HGET', G, id)
+    if g then redis.call('HDEL', G, id) end
+    if g and string.sub(g, 1, 1) ~= 'x' or redis.call('ZSCORE', H, id) then
+      out = 'granted'
+    else
+      out = 'gone' -- or refused as too large: the caller's own end stands
+    end
   end
 elseif op == 'settle' then
   -- ARGV A+1 id, +2 the tokens its call used: replaces what its grant was
@@ -621,12 +721,13 @@ elseif op == 'settle' then
   local id, used = ARGV[A + 1], tonumber(ARGV[A + 2])
   local v = redis.call('HGET', HC, id)
   if v then
-    local f = fields(v, 10)
+    local f = fields(v, 11)
     -- No call costs more than a whole budget (the caller bounds the rest).
     local ceil = math.max(tpm, maxtok, tonumber(redis.call('HGET', M, 'pl') or '') or 0)
     if ceil > 0 then used = math.min(used, ceil) end
     local l = level()
     if l ~= nil then setLevel(math.max(-tpm, math.min(tpm, l - (used - (tonumber(f[7]) or 0))))) end
+    learn(f[2], tonumber(f[11]) or tonumber(f[8]) or 0, used)
     f[7], f[8] = used, used
     redis.call('HSET', HC, id, table.concat(f, '|'))
     dispatch()
@@ -647,13 +748,13 @@ elseif op == 'limits' then
   local at, mine = now, math.huge
   local v = redis.call('HGET', HC, id)
   if v then
-    local f = fields(v, 10)
+    local f = fields(v, 11)
     at, mine = math.min(now, tonumber(f[3])), tonumber(f[9]) or math.huge
   end
   local toks, calls = 0, 0
   local all = redis.call('HGETALL', HC)
   for i = 1, #all, 2 do
-    local f = fields(all[i + 1], 10)
+    local f = fields(all[i + 1], 11)
     if (tonumber(f[9]) or 0) > mine then
       toks = toks + (tonumber(f[8]) or 0)
       calls = calls + 1
@@ -681,15 +782,44 @@ elseif op == 'limits' then
   saveProvider()
   dispatch()
   out = 1
-elseif op == 'forget' then
-  -- A reload: forget what the provider said of the lane.
+elseif op == 'reload' or op == 'forget' then
+  -- A reload (forget: an older version's name): forget what the provider
+  -- said of the lane; a waiter's raise is at most the new smallest budget,
+  -- and a waiter now larger than a whole budget is refused; then grant
+  -- what the new settings allow. It scans the queue, as an in-process
+  -- lane's reload does.
   redis.call('DEL', PV)
   redis.call('HDEL', M, 'pl')
+  prov, provRead = nil, true
+  local ceiling = smallest()
+  local told = {}
+  for _, id in ipairs(redis.call('HKEYS', QC)) do
+    local f = fields(redis.call('HGET', QC, id), 8)
+    local cost = tonumber(f[6])
+    local base = tonumber(f[8]) or cost
+    local budget, size = tooLarge(base)
+    if budget then
+      refuse(id, budget, size)
+      told[#told + 1] = id
+    elseif cost > math.max(base, ceiling) then
+      f[6] = math.max(base, ceiling)
+      redis.call('HSET', QC, id, table.concat(f, '|'))
+    end
+  end
+  if #told > 0 then
+    redis.call('PUBLISH', channel, tag .. ' ' .. table.concat(told, ','))
+  end
   dispatch()
   out = 1
 elseif op == 'take' then
-  -- ARGV A+1 id: claim a grant.
-  if redis.call('HDEL', G, ARGV[A + 1]) == 1 then
+  -- ARGV A+1 id: claim a grant, or learn of a refusal: {'too_large', the
+  -- budget, its size}.
+  local g = redis.call('HGET', G, ARGV[A + 1])
+  if g then redis.call('HDEL', G, ARGV[A + 1]) end
+  if g and string.sub(g, 1, 1) == 'x' then
+    local f = fields(g, 3)
+    out = {'too_large', f[2], tonumber(f[3])}
+  elseif g then
     out = 'granted'
   elseif redis.call('HEXISTS', QC, ARGV[A + 1]) == 1 then
     out = 'queued'

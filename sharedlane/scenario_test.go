@@ -82,8 +82,9 @@ func (e *shared) Queue(t testing.TB, lim *limiter.Limiter, lane string) lanescen
 		if err != nil {
 			t.Fatalf("waiter %q: %v", id, err)
 		}
+		tokens, _ := strconv.ParseInt(f[5], 10, 64)
 		q.Waiters = append(q.Waiters, lanescenario.Waiter{Class: limiter.Priority(class) + limiter.Interactive, Tenant: f[3],
-			Arrival: time.UnixMilli(at), Seq: seq})
+			Arrival: time.UnixMilli(at), Seq: seq, Tokens: tokens})
 		names[f[3]] = true
 	}
 	ts, err := rdb.HGetAll(ctx, lk.keys[9]).Result()

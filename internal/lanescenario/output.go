@@ -69,7 +69,7 @@ func (r *runner) state(t *testing.T, out *strings.Builder) {
 			held = append(held, c.id)
 		}
 	}
-	fmt.Fprintf(out, "held %d of %d: %s\n", s.Inflight, r.cfg.MaxInflight, strings.Join(held, " "))
+	fmt.Fprintf(out, "held %d of %d: %s\n", s.Inflight, s.Limit, strings.Join(held, " "))
 	q := r.e.Queue(t, r.lim, Lane)
 	ws := r.waiters(t, q)
 	if len(ws) > 0 {
@@ -89,8 +89,12 @@ func (r *runner) state(t *testing.T, out *strings.Builder) {
 		fmt.Fprintf(out, "service: %s\n", strings.Join(parts, " "))
 	}
 	if tk := s.Tokens; tk != nil {
-		if tk.Remaining != nil && (r.cfg.TokensPerMinute > 0 || r.cfg.MaxInflightTokens > 0) {
-			fmt.Fprintf(out, "tokens: %d remaining, %d in flight\n", *tk.Remaining, tk.Inflight)
+		if r.cfg.TokensPerMinute > 0 || r.cfg.MaxInflightTokens > 0 {
+			rem := ""
+			if tk.Remaining != nil && r.cfg.TokensPerMinute > 0 {
+				rem = fmt.Sprintf("%d remaining, ", *tk.Remaining)
+			}
+			fmt.Fprintf(out, "tokens: %s%d in flight\n", rem, tk.Inflight)
 		}
 		if p := tk.Provider; p != nil {
 			var parts []string
@@ -116,19 +120,19 @@ type waiting struct {
 	w Waiter
 }
 
-// waiters pairs the engine's waiters with the scenario's calls: by class,
-// tenant and arrival, then enqueue order.
+// waiters pairs the engine's waiters with the scenario's calls: by class
+// and arrival, then enqueue order (the scenario's calls queue one at a
+// time). The tenant is the engine's: a name past max_tenants is "other".
 func (r *runner) waiters(t *testing.T, q Queue) []waiting {
 	type key struct {
-		class  limiter.Priority
-		tenant string
-		at     int64
+		class limiter.Priority
+		at    int64
 	}
 	mine := map[key][]*call{}
 	n := 0
 	for _, c := range r.order {
 		if c.state == awaiting {
-			k := key{c.class, c.tenant, c.arrival.UnixMilli()}
+			k := key{c.class, c.arrival.UnixMilli()}
 			mine[k] = append(mine[k], c)
 			n++
 		}
@@ -140,7 +144,7 @@ func (r *runner) waiters(t *testing.T, q Queue) []waiting {
 	slices.SortFunc(ws, func(a, b Waiter) int { return cmp.Compare(a.Seq, b.Seq) })
 	var out []waiting
 	for _, w := range ws {
-		k := key{w.Class, w.Tenant, w.Arrival.UnixMilli()}
+		k := key{w.Class, w.Arrival.UnixMilli()}
 		if len(mine[k]) == 0 {
 			t.Fatalf("the engine has a waiter %+v the scenario does not", w)
 		}
@@ -207,6 +211,9 @@ func (r *runner) order3(ws []waiting, service map[string]float64) string {
 			if w.w.Tenant != limiter.DefaultTenant {
 				id += "/" + w.w.Tenant
 			}
+			if w.w.Tokens > 0 {
+				id += fmt.Sprintf("[%d]", w.w.Tokens)
+			}
 			ids = append(ids, id)
 		}
 		parts = append(parts, name+": "+strings.Join(ids, " "))
@@ -227,7 +234,10 @@ func (r *runner) waitsFor(ws []waiting, service map[string]float64, s limiter.La
 			}
 		}
 	}
-	if s.Inflight >= r.cfg.MaxInflight {
+	if s.Inflight >= s.Limit {
+		if s.ColdStart {
+			return "a slot (cold start: one at a time)"
+		}
 		return "a slot"
 	}
 	interactive := slices.ContainsFunc(ws, func(w waiting) bool { return w.w.Class == limiter.Interactive })
@@ -240,8 +250,11 @@ func (r *runner) waitsFor(ws []waiting, service map[string]float64, s limiter.La
 	if tk := s.Tokens; tk != nil && tk.Provider != nil && tk.Provider.RetryAfter > 0 {
 		return "the provider's retry-after"
 	}
-	if tk := s.Tokens; tk != nil && tk.Provider != nil && (tk.Provider.Tokens != nil || tk.Provider.Requests != nil) && (tk.Remaining == nil || r.cfg.TokensPerMinute == 0) {
+	if r.cfg.TokensPerMinute > 0 || r.cfg.MaxInflightTokens > 0 {
+		return "tokens"
+	}
+	if tk := s.Tokens; tk != nil && tk.Provider != nil && (tk.Provider.Tokens != nil || tk.Provider.Requests != nil) {
 		return "the provider's budget"
 	}
-	return "tokens"
+	return "nothing the lane shows"
 }

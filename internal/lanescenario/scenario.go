@@ -46,6 +46,7 @@ type Waiter struct {
 	Tenant  string    // limiter.DefaultTenant for a call that names none
 	Arrival time.Time // logical arrival, to the millisecond at least
 	Seq     uint64    // enqueue order in the lane
+	Tokens  int64     // its estimate as the lane charges it (raised, if so), 0 for none
 }
 
 // RunDir runs every scenario file under dir against e.
@@ -83,6 +84,7 @@ type call struct {
 	tenant  string
 	tokens  int64
 	arrival time.Time
+	due     time.Time // its queue timeout ends, if it waits
 	cancel  context.CancelFunc
 	done    chan struct{}
 	slot    limiter.Slot
@@ -161,6 +163,13 @@ func (r *runner) do(t *testing.T, td *datadriven.TestData) string {
 	case "cancel":
 		c := r.call(t, td)
 		c.cancel()
+		if c.state == awaiting {
+			select { // its wait ends (or ended just before in a grant)
+			case <-c.done:
+			case <-time.After(30 * time.Second):
+				td.Fatalf(t, "call %s: its wait does not end when canceled", c.id)
+			}
+		}
 	case "settle":
 		c := r.holder(t, td)
 		var used int64
@@ -175,7 +184,7 @@ func (r *runner) do(t *testing.T, td *datadriven.TestData) string {
 	if r.lim == nil {
 		td.Fatalf(t, "%s before config", td.Cmd)
 	}
-	r.settle(t, td)
+	r.settle(t)
 	r.events(&out)
 	r.state(t, &out)
 	return r.compare(t, td, out.String())
@@ -268,7 +277,9 @@ func (r *runner) acquire(t *testing.T, td *datadriven.TestData) {
 	if r.calls[id] != nil {
 		td.Fatalf(t, "call %s again", id)
 	}
-	c := &call{id: id, seq: len(r.order), class: limiter.Default, tenant: limiter.DefaultTenant, arrival: r.clock.Now(), done: make(chan struct{})}
+	now := r.clock.Now()
+	c := &call{id: id, seq: len(r.order), class: limiter.Default, tenant: limiter.DefaultTenant, arrival: now,
+		due: now.Add(r.cfg.QueueTimeout), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	if td.HasArg("class") {
@@ -337,7 +348,7 @@ func (r *runner) advance(t *testing.T, d time.Duration) {
 			break
 		}
 		r.clock.Advance(max(0, next.Sub(r.clock.Now())))
-		r.settle(t, nil)
+		r.settle(t)
 	}
 	r.clock.Advance(end.Sub(r.clock.Now()))
 }
@@ -380,13 +391,14 @@ func (r *runner) limits(t *testing.T, td *datadriven.TestData) {
 }
 
 // settle waits until every call's wait has come to rest: the lane holds
-// exactly the calls that returned with a slot, and queues exactly those
-// that have not returned. It waits on the engine, never on a duration:
-// a slow machine only makes it wait longer.
-func (r *runner) settle(t *testing.T, td *datadriven.TestData) {
+// exactly the calls that returned with a slot, queues exactly those that
+// have not returned, and none waits past its queue timeout. It waits on
+// the engine, never on a duration: a slow machine only makes it wait
+// longer.
+func (r *runner) settle(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		held, pending := 0, 0
+		held, pending, late := 0, 0, 0
 		for _, c := range r.order {
 			if c.state == awaiting {
 				select {
@@ -398,6 +410,9 @@ func (r *runner) settle(t *testing.T, td *datadriven.TestData) {
 					c.reported = false
 				default:
 					pending++
+					if !r.clock.Now().Before(c.due) {
+						late++
+					}
 				}
 			}
 			if c.state == holding {
@@ -405,11 +420,12 @@ func (r *runner) settle(t *testing.T, td *datadriven.TestData) {
 			}
 		}
 		s := r.lane()
-		if s.Inflight == held && s.Queued == pending {
+		if s.Inflight == held && s.Queued == pending && late == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the lane does not come to rest: %d in flight, %d queued; the scenario holds %d and waits on %d", s.Inflight, s.Queued, held, pending)
+			t.Fatalf("the lane does not come to rest: %d in flight, %d queued; the scenario holds %d and waits on %d (%d past their timeout)",
+				s.Inflight, s.Queued, held, pending, late)
 		}
 		time.Sleep(time.Millisecond)
 	}
