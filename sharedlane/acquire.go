@@ -91,9 +91,9 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 	}
 }
 
-// tooLarge reads an answer {'too_large', budget, its size}: the budget a
-// call is larger than whole ('' for the provider's last announced limit).
-// nil for any other answer.
+// tooLarge reads an answer {"too_large", budget, its size}: the budget a
+// call is larger than whole (empty for the provider's last announced
+// limit). nil for any other answer.
 func tooLarge(v any) *limiter.TokenBudgetError {
 	r, ok := v.([]any)
 	if !ok || len(r) != 3 || r[0] != "too_large" {
