@@ -50,9 +50,12 @@ func panelsOf(r Report, a int) []PanelTime {
 func panelText(ps []PanelTime) string {
 	var s []string
 	for _, p := range ps {
-		if p.Took == 0 {
+		switch {
+		case p.Took == 0 && len(p.Lost) > 0:
+			s = append(s, fmt.Sprintf("from %s: not all finished (%s)", p.Start, reasons(p.Lost)))
+		case p.Took == 0:
 			s = append(s, fmt.Sprintf("from %s: not all finished", p.Start))
-		} else {
+		default:
 			s = append(s, fmt.Sprintf("from %s: %s", p.Start, p.Took.Round(time.Second)))
 		}
 	}
@@ -98,6 +101,6 @@ func (b Boards) Markdown(w io.Writer) {
 			return secs(r.Classes[c].WaitP50) + " / " + secs(r.Classes[c].WaitP99)
 		})
 	}
-	p("\nThe goals set for fair shares, as they stand (`internal/tools/replay`'s tests check that the report is the same from run to run and that fair shares finish board B's panel sooner than no tenants; they do not hold these goals, which are not met):\n\n")
+	p("\nThe goals set for fair shares, as they stand (`internal/tools/replay`'s tests check that the report is the same from run to run, that fair shares finish board B's panel sooner than no tenants, and the first goal; the second is reported as measured):\n\n")
 	goalList(w, b.Goals())
 }

@@ -366,7 +366,7 @@ func (x *httpRun) call(ctx context.Context, agent int, class string, p int) {
 			x.r.FailedAfterGateway++
 		}
 		if p >= 0 {
-			x.panels[p].failed = true
+			x.panels[p].lose(reason)
 		}
 		return
 	}

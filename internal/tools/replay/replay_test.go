@@ -225,10 +225,11 @@ func TestRunShared(t *testing.T) {
 
 // The two boards: the same inputs give the same report; with fair shares
 // board B's panel finishes, sooner than with no tenants (where it does
-// not finish at all, or later), and board B alone finishes it; the report
-// shows the three side by side, with the goals checked as they
-// stand (package limiter's order puts the class, with aging, before the
-// tenants' shares: see the report).
+// not finish at all, or later), and within 1.25x of board B alone on half
+// the slots (under an order where aging lifted board A's calls over board
+// B's within a class, it took 1.68x); the report shows the three side by
+// side, with the goals checked as they stand (that all of board A's
+// panels finish is reported, met or not: see the report for the cause).
 func TestTwoBoards(t *testing.T) {
 	a, err := RunBoards(TwoBoards())
 	if err != nil {
@@ -248,8 +249,11 @@ func TestTwoBoards(t *testing.T) {
 	if fair[0].Took == 0 || alone[0].Took == 0 || (none[0].Took != 0 && none[0].Took <= fair[0].Took) {
 		t.Fatalf("board B's panel: fair shares %s, no tenants %s (0: not finished), alone %s", fair[0].Took, none[0].Took, alone[0].Took)
 	}
+	if gs := a.Goals(); len(gs) != 2 || !gs[0].Met {
+		t.Errorf("goals %+v: want board B's panel within 1.25x of alone", gs)
+	}
 	for _, want := range []string{"| | **two boards, fair shares** | **two boards, no tenants** | **board B alone, half the slots** |",
-		"| board B's panel |", "board B's panel, with fair shares, at most 1.25x"} {
+		"| board B's panel |", "board B's panel, with fair shares, at most 1.25x", "board A's panels all finish, with fair shares"} {
 		if !strings.Contains(ma.String(), want) {
 			t.Errorf("the two boards' section lacks %q:\n%s", want, ma.String())
 		}

@@ -78,7 +78,8 @@ type Sample struct {
 type PanelTime struct {
 	Agent int
 	Start time.Duration
-	Took  time.Duration
+	Took  time.Duration  // 0 if not all its finders finished
+	Lost  map[string]int // its finders that failed, by reason
 }
 
 // Point is a value at a simulated time.
@@ -112,8 +113,8 @@ func (r *Report) finish(panels []panel, st gatewaysim.Stats) {
 	r.Panels = len(panels)
 	last := time.Duration(0)
 	for _, p := range panels {
-		pt := PanelTime{Agent: p.agent, Start: p.start}
-		if p.left == 0 && !p.failed {
+		pt := PanelTime{Agent: p.agent, Start: p.start, Lost: p.failed}
+		if p.left == 0 && len(p.failed) == 0 {
 			r.PanelsDone++
 			last = max(last, p.finished)
 			pt.Took = p.finished - p.start

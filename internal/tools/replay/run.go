@@ -43,8 +43,16 @@ type panel struct {
 	agent    int
 	start    time.Duration
 	left     int
-	failed   bool
+	failed   map[string]int // its finders that failed, by reason
 	finished time.Duration
+}
+
+// lose counts one of the panel's finders failed, for reason.
+func (p *panel) lose(reason string) {
+	if p.failed == nil {
+		p.failed = map[string]int{}
+	}
+	p.failed[reason]++
 }
 
 // call is one logical model call, over its attempts.
@@ -441,7 +449,7 @@ func (s *sim) finish(c *call, ok bool, reason string, ttft time.Duration) {
 			s.r.FailedAfterGateway++
 		}
 		if c.panel >= 0 {
-			s.panels[c.panel].failed = true
+			s.panels[c.panel].lose(reason)
 		}
 	}
 	if c.then != nil {
