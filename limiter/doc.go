@@ -12,22 +12,30 @@
 //
 // # Order
 //
-// Waiters are served by class (Interactive, Default, Bulk; see Priority),
-// then by tenant share (see Tenants), then first come, first served. The class rides in the context
-// (WithPriority), so goroutines started with it inherit it. A waiter's
-// effective class rises one step for every 60 s it has waited, counted from
-// its logical arrival, which a retry keeps by carrying it in the context
-// (WithArrival), so bulk work is never starved. Every grant decision, the
-// reserve check included, is made under the lane's lock.
+// Waiters are served in three steps. Which class: each class (Interactive,
+// Default, Bulk; see Priority) with waiters is represented by its oldest
+// waiter, whose effective class rises one step for every 60 s it has
+// waited, counted from its logical arrival; the highest effective class
+// goes first, then the earliest arrival. Whose call within that class: the
+// tenant that has received the least service (see Tenants). Which of its
+// calls: first come, first served. The class rides in the context
+// (WithPriority), so goroutines started with it inherit it, and a retry
+// keeps its logical arrival by carrying it in the context (WithArrival),
+// so bulk work is never starved. With one tenant this is the ADR's order,
+// class then arrival. Every grant decision, the reserve check included, is
+// made under the lane's lock.
 //
 // # Tenants
 //
 // A call may name a tenant (WithTenant; a board, a team, a credential).
-// Within one effective class, a lane serves the tenant that has received
-// the least service first, and each tenant's calls first come, first
-// served; the class comes first, so aging and the reserve are exactly as
-// without tenants, and a lane whose calls name no tenant orders them
-// exactly as class, then arrival.
+// Within the class chosen, a lane serves the tenant that has received the
+// least service first, whatever its calls' ages, and each tenant's calls
+// first come, first served. Aging lifts a class, never one tenant's calls
+// over another's: a tenant whose calls have waited long raises its class
+// against the other classes, not its calls against the other tenants' in
+// it. The reserve goes to interactive calls only, as without tenants, and
+// a lane whose calls name no tenant orders them exactly as class, then
+// arrival.
 //
 // Service is slot-time divided by the tenant's weight (Fairness.Weights),
 // or, in a lane whose calls carry token estimates (WithTokens), tokens:
@@ -37,21 +45,23 @@
 // The algorithm is start-time fair queuing (Goyal, Vin and Cheng, 1996)
 // over slot-time, as VTC (Sheng et al., "Fairness in Serving Large
 // Language Models", OSDI 2024) applies it to model calls: a grant is
-// charged an estimate, the mean slot-time of the tenant's calls, and the
-// difference to the real slot-time is settled when the slot is released;
-// a tenant that starts waiting is raised to the least settled service
-// (less the charges of its calls in flight) of the tenants first in line
-// (or, with none waiting, of the tenant granted last), so being idle banks
-// no credit for a burst later.
+// charged an estimate, the mean slot-time of the tenant's calls (before one
+// has ended, the lane's), and the difference to the real slot-time is
+// settled when the slot is released; a tenant that starts waiting in a
+// class is raised to the settled service (less the charges of its calls
+// in flight) of the tenant served next in that class (or, with none
+// waiting there, of the tenant granted last), so being idle banks no
+// credit for a burst later.
 //
 // The bound: while tenants are continuously backlogged in one class, the
 // slot-time each has received, divided by its weight, differs from
-// another's at every moment by at most the longest single call in a lane
-// of one slot, and by at most the lane's limit times the longest call in
-// a lane of more, since each call in flight was charged an estimate its
-// real length may exceed; multi-server fair queuing has bounds that grow
-// with the servers likewise (TestFairnessBound checks it, and logs the
-// worst spread it sees).
+// another's at every moment by at most L times the longest single call's,
+// in a lane of L slots. This is VTC's bound, whose M, the work in flight,
+// is here L calls: each call in flight was charged an estimate its real
+// length may exceed by up to the longest call (TestFairnessBound checks it
+// at L = 1, 2 and 4, with 2 and 5 tenants and weights 2:1, and logs the
+// worst spread it sees; TestFairnessLateTenant, that a late tenant gets
+// its share from its first call and no catch-up burst).
 //
 // Fairness.MaxInflightPerTenant caps the slots one tenant holds at once;
 // Fairness.MaxTenants bounds the tenants a lane tracks by name, beyond
@@ -77,9 +87,10 @@
 // A lane whose calls carry estimates and no budget binds reads no clock
 // for them.
 //
-// The queue keeps one FIFO per tenant and class; the FIFOs' heads sit in
-// six heaps, one per class and aging tier, by service: a grant compares
-// six tops and is O(log n) in the waiters and the tenants.
+// The queue keeps one FIFO per tenant and class, and per class two heaps of
+// its tenants' FIFOs, by head arrival (the class's oldest waiter) and by
+// service: a grant reads three tops and one more, and is O(log n) in the
+// waiters and O(log t) in the class's tenants.
 //
 // # Reserve
 //

@@ -11,7 +11,7 @@ import (
 )
 
 // Two processes share one lane's token budget in Redis, decided with the
-// slot, on a clock the test moves (Config.Now): 1,000 tokens a minute. A
+// slot, on a clock the test moves (Config.Clock): 1,000 tokens a minute. A
 // call of 600 in one process leaves no room for a call of 600 in the
 // other, which waits with slots free; the first call's settlement (it used
 // 100) gives 500 back at once, and the waiter is granted; the bucket
