@@ -350,9 +350,10 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 		}
 		s.Provider = providerOf(r[8:16])
 		for _, h := range r[16:] {
-			// "class|tenant|granted|charge|weight|estimate|cost|call|grant|process" (lane.lua, hc)
-			f := strings.SplitN(fmt.Sprint(h), "|", 10)
-			s.Holders[f[len(f)-1]]++
+			// "class|tenant|granted|charge|weight|estimate|cost|call|grant|process|base"
+			// (lane.lua, hc; an older version's lacks base)
+			f := strings.Split(fmt.Sprint(h), "|")
+			s.Holders[f[min(9, len(f)-1)]]++
 			s.Inflight++
 		}
 		out[k] = s

@@ -12,21 +12,25 @@
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
 --   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process|base"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
---   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms)
+--   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms), or a waiter
+--               refused as too large -> "x|budget|its size" (see refuse)
 --   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
 --               boot (the server's start, ms), tl and ta (the token budget's level and
---               when it was, ms), ti (the estimates of the calls holding slots), pl
---               (the token limit the provider last announced: a call estimated above
---               it is refused; op forget clears it)
+--               when it was, ms), ti (the estimates of the calls holding slots), tb
+--               (a budget is on: see adopt), pl (the token limit the provider last
+--               announced: a call estimated above it is refused; op reload clears
+--               it), ms (a call has named a tenant: grants are charged from then
+--               on), ex (when every key's expiry was last renewed, ms) and cp (the
+--               cap whose counts i: keeps: see recount)
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds, or tokens, per
 --               unit of weight), p:NAME the part of it charged to calls in flight,
---               e:NAME the mean slot-time of its calls (s), i:NAME its slots held, est
---               (the lane's mean slot-time), last (the tenant granted last), measured
---               (a call has named a tenant: grants are charged from then on), tok (a
---               call carried a token estimate: service is counted in tokens from
---               then on, as in package limiter), pc (the mean tokens of a call) and
---               o:NAME "ratio|at (ms)" (how far its calls' use ran past their
---               estimates: see calibrate)
+--               e:NAME the mean slot-time of its calls (s), i:NAME its slots held
+--               (kept while there is a cap), est (the lane's mean slot-time), last
+--               (the tenant granted last, once charged), tok (a call carried a
+--               token estimate: service is counted in tokens from then on, as in
+--               package limiter), pc (the mean tokens of a call) and o:NAME
+--               "ratio|at (ms)" (how far its calls' use ran past their estimates:
+--               see calibrate)
 --   11 pv  STRING  the provider's word (op limits: see provider), which expires
 --               when it stops binding: at most two provider windows after it was said
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
@@ -69,7 +73,20 @@ if reserve > limit - 1 then reserve = limit - 1 end
 if reserve < 0 then reserve = 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.Config.Now)
+if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.Config.Clock)
+
+-- wr makes a write to key k (a command that may make the key), and notes k
+-- for its expiry at the end of the script (see the end).
+local written = {}
+local function wr(cmd, k, ...)
+  written[k] = true
+  return redis.call(cmd, k, ...)
+end
+
+-- What the script reads of the meta hash, read once: boot, pl, tb, lane,
+-- ms (measured: a call has named a tenant), ex (the keys' last full
+-- refresh, ms) and cp (the cap whose counts the tenants' i: fields keep).
+local meta = redis.call('HMGET', M, 'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp')
 
 -- The server's start, from its uptime (whole seconds, so the estimate is
 -- never earlier than the truth), kept in the lane's meta key so that INFO
@@ -78,20 +95,27 @@ if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.
 local quietness
 local function quiet()
   if quietness == nil then
-    local boot = tonumber(redis.call('HGET', M, 'boot') or '')
+    local boot = tonumber(meta[1] or '')
     if not boot then
       local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
       boot = now - up * 1000
-      redis.call('HSET', M, 'boot', boot)
+      wr('HSET', M, 'boot', boot)
     end
     quietness = now < boot + ttl
   end
   return quietness
 end
 
+-- queued is how many wait (every waiter has a place's lease in qx), read
+-- once and kept up to date by enqueue and unqueue.
+local nq
 local function queued()
-  return redis.call('ZCARD', Q[1]) + redis.call('ZCARD', Q[2]) + redis.call('ZCARD', Q[3])
+  if nq == nil then nq = redis.call('ZCARD', QX) end
+  return nq
 end
+
+-- pl is the provider's last announced token limit (0: none), as m keeps it.
+local pl = tonumber(meta[2] or '') or 0
 
 -- fields splits a "a|b|...|rest" value into n fields, the last taking the rest.
 -- A value with fewer (an older version's, in a rolling upgrade) leaves the
@@ -147,7 +171,7 @@ local function toTokens(call)
     local p = string.sub(k, 1, 2)
     if p == 'v:' or p == 'p:' then sets[#sets + 1], sets[#sets + 2] = k, 0 end
   end
-  redis.call('HSET', T, unpack(sets))
+  wr('HSET', T, unpack(sets))
 end
 
 -- The token budget. level returns the bucket's tokens refilled to now, or
@@ -167,7 +191,7 @@ local function level()
 end
 local function setLevel(l)
   tokenLevel = l
-  redis.call('HSET', M, 'tl', exact(l), 'ta', now)
+  wr('HSET', M, 'tl', exact(l), 'ta', now)
 end
 -- The provider's word (op limits): what the rate-limit headers of an answer
 -- said of the lane's budgets at the provider, whichever process's call it
@@ -264,7 +288,7 @@ local budgeted = tpm > 0 or maxtok > 0
 -- estimates in flight, as package limiter does: a budget starts full, less
 -- them. As one is turned off, the bucket goes with it.
 local function adopt()
-  local on = redis.call('HEXISTS', M, 'tb') == 1
+  local on = meta[3] ~= false
   if budgeted == on then return end
   if not budgeted then
     redis.call('HDEL', M, 'tb', 'tl', 'ta', 'ti')
@@ -277,9 +301,9 @@ local function adopt()
     local e = tonumber(f[8]) or 0
     f[6], f[7] = e, e
     ti = ti + e
-    redis.call('HSET', HC, all[i], table.concat(f, '|'))
+    wr('HSET', HC, all[i], table.concat(f, '|'))
   end
-  redis.call('HSET', M, 'tb', 1, 'ti', ti)
+  wr('HSET', M, 'tb', 1, 'ti', ti)
   if tpm > 0 then setLevel(math.max(0, tpm - ti)) end
 end
 local function tokensFit(cost)
@@ -294,7 +318,7 @@ local function takeTokens(call, cost)
   provTake(call)
   local l = level()
   if l ~= nil then setLevel(math.max(-tpm, l - cost)) end
-  if cost ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', cost) end
+  if cost ~= 0 then wr('HINCRBYFLOAT', M, 'ti', cost) end
 end
 
 local function unqueue(id)
@@ -307,7 +331,8 @@ local function unqueue(id)
   if redis.call('ZCARD', tq(c, tenant)) == 0 then redis.call('SREM', Q[c + 1] .. '@', tenant) end
   redis.call('ZREM', QX, id)
   redis.call('HDEL', QC, id)
-  if queued() == 0 then redis.call('HDEL', M, 'since') end
+  nq = queued() - 1
+  if nq == 0 then redis.call('HDEL', M, 'since') end
   return true
 end
 
@@ -322,7 +347,7 @@ local function unhold(id)
     local f = fields(v, 11)
     local tenant, at, cf, w = f[2], tonumber(f[3]), f[4], tonumber(f[5])
     local est = tonumber(f[6]) or 0
-    if est ~= 0 then redis.call('HINCRBYFLOAT', M, 'ti', -est) end
+    if est ~= 0 then wr('HINCRBYFLOAT', M, 'ti', -est) end
     if cf ~= '-' then -- charged: settle
       local d = math.max(0, now - at) / 1000
       local vs, pending, e, le = share(tenant)
@@ -346,9 +371,9 @@ local function unhold(id)
         sets[#sets + 1], sets[#sets + 2] = 'v:' .. tenant, exact(vs + used / w - charge)
         sets[#sets + 1], sets[#sets + 2] = 'p:' .. tenant, exact(pending - charge)
       end
-      redis.call('HSET', T, unpack(sets))
+      wr('HSET', T, unpack(sets))
     end
-    redis.call('HINCRBY', T, 'i:' .. tenant, -1)
+    if cap > 0 then wr('HINCRBY', T, 'i:' .. tenant, -1) end
   end
   return n == 1
 end
@@ -462,7 +487,7 @@ local function lift(tenant, c)
     if not last then return end
     floor = num('v:' .. last, 0) - num('p:' .. last, 0)
   end
-  if num('v:' .. tenant, 0) < floor then redis.call('HSET', T, 'v:' .. tenant, exact(floor)) end
+  if num('v:' .. tenant, 0) < floor then wr('HSET', T, 'v:' .. tenant, exact(floor)) end
 end
 
 -- hold gives id a slot for tenant's call of class c, charged the
@@ -470,16 +495,15 @@ end
 -- A lane whose calls have named no tenant (only 'default' so far) has no
 -- one to be fair to: its grants are not charged (the charge field is '-'),
 -- as an in-process lane reads no clock for them.
-local function measured()
-  return redis.call('HEXISTS', T, 'measured') == 1
-end
+local measuredNow = meta[5] ~= false
+local function measured() return measuredNow end
 
 local function hold(id, c, tenant, w, proc, expiry, cost, base)
-  redis.call('ZADD', H, expiry or (now + ttl), id)
+  wr('ZADD', H, expiry or (now + ttl), id)
   local call = tonumber(cost) or 0
   cost = budgeted and call or 0
   takeTokens(call, cost)
-  local grant = redis.call('HINCRBY', M, 'gs', 1)
+  local grant = wr('HINCRBY', M, 'gs', 1)
   local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc ..
     '|' .. (base or call)
   if measured() then
@@ -492,13 +516,14 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base)
     else
       cf = exact(charge)
     end
-    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest)
-    redis.call('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant)
+    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest)
+    wr('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant)
   else
-    redis.call('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest)
-    redis.call('HSET', T, 'last', tenant)
+    -- No one to be fair to: last is not kept (a lift reads service, 0
+    -- for every tenant until a call names one).
+    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest)
   end
-  redis.call('HINCRBY', T, 'i:' .. tenant, 1)
+  if cap > 0 then wr('HINCRBY', T, 'i:' .. tenant, 1) end
 end
 
 -- Estimates that learn (package limiter's calibrate.go): a tenant whose calls
@@ -508,7 +533,7 @@ end
 local halfLife = 60000
 local function smallest()
   local s = 0
-  for _, b in ipairs({tpm, maxtok, tonumber(redis.call('HGET', M, 'pl') or '') or 0}) do
+  for _, b in ipairs({tpm, maxtok, pl}) do
     if b > 0 and (s == 0 or b < s) then s = b end
   end
   return s
@@ -531,7 +556,7 @@ local function calibrate(tenant, cost)
 end
 local function learn(tenant, base, used)
   if base <= 0 then return end
-  redis.call('HSET', T, 'o:' .. tenant, exact(math.max(used / base, ratio(tenant))) .. '|' .. now)
+  wr('HSET', T, 'o:' .. tenant, exact(math.max(used / base, ratio(tenant))) .. '|' .. now)
 end
 
 -- tooLarge returns the budget a call estimated at base (as its caller gave
@@ -547,7 +572,7 @@ end
 -- size): its process is told as of a grant (g), and its take says so.
 local function refuse(id, budget, size)
   unqueue(id)
-  redis.call('HSET', G, id, 'x|' .. budget .. '|' .. size)
+  wr('HSET', G, id, 'x|' .. budget .. '|' .. size)
 end
 
 -- dispatch grants slots to waiters while any may have one, and tells the
@@ -589,7 +614,7 @@ local function dispatch()
       local expiry = tonumber(redis.call('ZSCORE', QX, best.id))
       unqueue(best.id)
       hold(best.id, best.c, f[4], tonumber(f[5]), f[7], expiry, cost, base)
-      redis.call('HSET', G, best.id, now)
+      wr('HSET', G, best.id, now)
       n = n + 1
       if best.c ~= 0 then others = others + 1 end
       granted[#granted + 1] = best.id
@@ -614,10 +639,34 @@ local function sweep()
 end
 
 local function newid(suffix)
-  return string.format('%016x', redis.call('HINCRBY', M, 'seq', 1)) .. ':' .. suffix
+  return string.format('%016x', wr('HINCRBY', M, 'seq', 1)) .. ':' .. suffix
+end
+
+-- recount makes the tenants' i: fields count their slots held when the cap
+-- in force changes: they are kept only while there is a cap (a grant and a
+-- release then count them), and counted afresh from the holders when one
+-- is set.
+local function recount()
+  if cap == (tonumber(meta[7] or '') or 0) then return end
+  local del = {}
+  for _, k in ipairs(redis.call('HKEYS', T)) do
+    if string.sub(k, 1, 2) == 'i:' then del[#del + 1] = k end
+  end
+  if #del > 0 then redis.call('HDEL', T, unpack(del)) end
+  if cap > 0 then
+    local n, sets = {}, {}
+    for _, v in ipairs(redis.call('HVALS', HC)) do
+      local tenant = fields(v, 3)[2]
+      n[tenant] = (n[tenant] or 0) + 1
+    end
+    for tenant, k in pairs(n) do sets[#sets + 1], sets[#sets + 2] = 'i:' .. tenant, k end
+    if #sets > 0 then wr('HSET', T, unpack(sets)) end
+  end
+  wr('HSET', M, 'cp', cap)
 end
 
 adopt()
+recount()
 sweep()
 local out
 if op == 'acquire' then
@@ -625,14 +674,16 @@ if op == 'acquire' then
   -- +5 id suffix, +6 tenant, +7 its weight, +8 its estimate (tokens)
   local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
   local tenant, w, base = ARGV[A + 6], tonumber(ARGV[A + 7]), tonumber(ARGV[A + 8])
-  local pl = tonumber(redis.call('HGET', M, 'pl') or '') or 0
   if pl > 0 and base > pl then
     -- Larger than the provider's whole limit: it could never be served.
     return {'too_large', '', pl}
   end
   local cost = calibrate(tenant, base)
-  redis.call('HSET', M, 'lane', ARGV[A + 4])
-  if tenant ~= 'default' then redis.call('HSETNX', T, 'measured', 1) end
+  if meta[4] ~= ARGV[A + 4] then wr('HSET', M, 'lane', ARGV[A + 4]) end
+  if tenant ~= 'default' and not measuredNow then
+    wr('HSET', M, 'ms', 1)
+    measuredNow = true
+  end
   local n, others = counts()
   local id = newid(ARGV[A + 5])
   if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) and tokensFit(cost) then
@@ -640,13 +691,14 @@ if op == 'acquire' then
     out = {'granted', id, 0}
   else
     local at = now - age
-    if queued() == 0 then redis.call('HSET', M, 'since', now) end
+    if queued() == 0 then wr('HSET', M, 'since', now) end
     if redis.call('EXISTS', tq(c, tenant)) == 0 then lift(tenant, c) end
-    redis.call('ZADD', Q[c + 1], at, id)
-    redis.call('ZADD', tq(c, tenant), at, id)
-    redis.call('SADD', Q[c + 1] .. '@', tenant)
-    redis.call('ZADD', QX, now + ttl, id)
-    redis.call('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc .. '|' .. base)
+    wr('ZADD', Q[c + 1], at, id)
+    wr('ZADD', tq(c, tenant), at, id)
+    wr('SADD', Q[c + 1] .. '@', tenant)
+    nq = queued() + 1
+    wr('ZADD', QX, now + ttl, id)
+    wr('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc .. '|' .. base)
     -- A newcomer can be served at once: an interactive call may take a
     -- slot the queued work may not, and an early arrival may rank first.
     for _, g in ipairs(dispatch()) do
@@ -723,13 +775,13 @@ elseif op == 'settle' then
   if v then
     local f = fields(v, 11)
     -- No call costs more than a whole budget (the caller bounds the rest).
-    local ceil = math.max(tpm, maxtok, tonumber(redis.call('HGET', M, 'pl') or '') or 0)
+    local ceil = math.max(tpm, maxtok, pl)
     if ceil > 0 then used = math.min(used, ceil) end
     local l = level()
     if l ~= nil then setLevel(math.max(-tpm, math.min(tpm, l - (used - (tonumber(f[7]) or 0))))) end
     learn(f[2], tonumber(f[11]) or tonumber(f[8]) or 0, used)
     f[7], f[8] = used, used
-    redis.call('HSET', HC, id, table.concat(f, '|'))
+    wr('HSET', HC, id, table.concat(f, '|'))
     dispatch()
     out = 1
   else
@@ -774,7 +826,10 @@ elseif op == 'limits' then
     return x
   end
   p.t, p.q = set(2, toks, p.t), set(6, calls, p.q)
-  if ARGV[A + 2] == '1' and tonumber(ARGV[A + 3]) > 0 then redis.call('HSET', M, 'pl', ARGV[A + 3]) end
+  if ARGV[A + 2] == '1' and tonumber(ARGV[A + 3]) > 0 then
+    pl = tonumber(ARGV[A + 3])
+    wr('HSET', M, 'pl', ARGV[A + 3])
+  end
   local ra = tonumber(ARGV[A + 10])
   if ra > 0 then p.hold = math.max(p.hold, now + ra) end
   p.said = now
@@ -790,6 +845,7 @@ elseif op == 'reload' or op == 'forget' then
   -- lane's reload does.
   redis.call('DEL', PV)
   redis.call('HDEL', M, 'pl')
+  pl = 0
   prov, provRead = nil, true
   local ceiling = smallest()
   local told = {}
@@ -803,7 +859,7 @@ elseif op == 'reload' or op == 'forget' then
       told[#told + 1] = id
     elseif cost > math.max(base, ceiling) then
       f[6] = math.max(base, ceiling)
-      redis.call('HSET', QC, id, table.concat(f, '|'))
+      wr('HSET', QC, id, table.concat(f, '|'))
     end
   end
   if #told > 0 then
@@ -834,10 +890,10 @@ elseif op == 'renew' then
   for i = A + 1, #ARGV do
     local id = ARGV[i]
     if redis.call('ZSCORE', H, id) then
-      redis.call('ZADD', H, 'XX', now + ttl, id)
+      wr('ZADD', H, 'XX', now + ttl, id)
       out[#out + 1] = 'h'
     elseif redis.call('ZSCORE', QX, id) then
-      redis.call('ZADD', QX, 'XX', now + ttl, id)
+      wr('ZADD', QX, 'XX', now + ttl, id)
       out[#out + 1] = 'q'
     else
       out[#out + 1] = '-'
@@ -888,19 +944,29 @@ else
 end
 -- Every key of the lane outlives its last op by four leases, then goes: a
 -- lane whose holders died (SIGKILL) and that nobody calls again leaves
--- nothing behind. Any live holder or waiter renews it well before. A read
--- (state: every scrape, and lanes-exporter's history every 2 s) keeps no
--- lane alive; it only gives a key it made (a grant its sweep dispatched)
--- the same life.
-local function expire(k)
-  if op ~= 'state' or redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
-end
-for i = 1, #KEYS - 1 do expire(KEYS[i]) end -- pv has a life of its own
--- The keys made from the lane's exist only while calls wait.
-if redis.call('EXISTS', Q[1] .. '@', Q[2] .. '@', Q[3] .. '@') > 0 then
-  for c = 0, 2 do
-    expire(Q[c + 1] .. '@')
-    for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do expire(tq(c, tenant)) end
+-- nothing behind. A key this op wrote gets its four leases now (a key it
+-- made has no expiry until then); every key gets them at most a lease
+-- after it last did (ex), which any live holder or waiter renews well
+-- within, every third of a lease. A read (state: every scrape, and
+-- lanes-exporter's history every 2 s) keeps no lane alive; it only gives
+-- a key it made (a grant its sweep dispatched) the same life.
+if op == 'state' then
+  for k in pairs(written) do
+    if k ~= PV and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
+  end
+elseif now - (tonumber(meta[6] or '') or 0) >= ttl or now < (tonumber(meta[6] or '') or 0) then
+  redis.call('HSET', M, 'ex', now)
+  for i = 1, #KEYS - 1 do redis.call('PEXPIRE', KEYS[i], ttl * 4) end -- pv has a life of its own
+  -- The keys made from the lane's exist only while calls wait.
+  if queued() > 0 then
+    for c = 0, 2 do
+      redis.call('PEXPIRE', Q[c + 1] .. '@', ttl * 4)
+      for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do redis.call('PEXPIRE', tq(c, tenant), ttl * 4) end
+    end
+  end
+else
+  for k in pairs(written) do
+    if k ~= PV then redis.call('PEXPIRE', k, ttl * 4) end
   end
 end
 return out

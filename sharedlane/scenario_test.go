@@ -91,13 +91,20 @@ func (e *shared) Queue(t testing.TB, lim *limiter.Limiter, lane string) lanescen
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := ts["measured"]; !ok {
+	if ms, _ := rdb.HExists(ctx, lk.keys[8], "ms").Result(); !ms {
 		return q
 	}
 	for k := range ts {
-		if p, name, ok := strings.Cut(k, ":"); ok && (p == "v" || p == "i") {
+		if name, ok := strings.CutPrefix(k, "v:"); ok {
 			names[name] = true
 		}
+	}
+	hc, err := rdb.HVals(ctx, lk.keys[1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range hc {
+		names[strings.Split(v, "|")[1]] = true
 	}
 	q.Service = map[string]float64{}
 	for name := range names {
