@@ -74,7 +74,7 @@ func (r *runner) state(t *testing.T, out *strings.Builder) {
 	ws := r.waiters(t, q)
 	if len(ws) > 0 {
 		fmt.Fprintf(out, "queue: %s\n", r.order3(ws, q.Service))
-		fmt.Fprintf(out, "first waits for: %s\n", r.waitsFor(ws, q.Service, s))
+		fmt.Fprintf(out, "first waits for: %s\n", r.waitsFor(ws, s))
 	}
 	if q.Service != nil {
 		var names []string
@@ -223,7 +223,7 @@ func (r *runner) order3(ws []waiting, service map[string]float64) string {
 
 // waitsFor says what keeps the lane's waiters waiting: every slot they may
 // take is held, a tenant's cap, or the budgets.
-func (r *runner) waitsFor(ws []waiting, service map[string]float64, s limiter.LaneSnapshot) string {
+func (r *runner) waitsFor(ws []waiting, s limiter.LaneSnapshot) string {
 	others := 0
 	perTenant := map[string]int{}
 	for _, c := range r.order {
