@@ -10,7 +10,7 @@ demo:
 ## test: every test: gofmt check, go vet, go test -race (the fuzz targets' seed corpora
 ## run as ordinary tests)
 test: tools fmt-check vet lint-observability
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -parallel 6 ./...
 
 ## lint-observability: Grafana's dashboard-linter (--strict) on the generated dashboards and
 ## pint on the alert rules, from PATH or ../shared/tools/; says plainly when they are missing

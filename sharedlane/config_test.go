@@ -11,6 +11,7 @@ import (
 // the errors about them and the text of go-redis's own log lines never
 // show the secret, and an unparsable URL is not shown at all.
 func TestRedact(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ raw, keep string }{
 		{"redis://user:SECRET-1@127.0.0.1:6379/0", "redis://user:xxxxx@127.0.0.1:6379/0"},
 		{"rediss://:SECRET-2@redis.internal:6380", "rediss://:xxxxx@redis.internal:6380"},

@@ -42,6 +42,7 @@ func roundTrip(t *testing.T, c Config) {
 // TLS (rediss://) with Redis' certificate checked against a private CA
 // (tls_ca_file).
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	caFile, certFile, keyFile := tlstest.SelfSigned(t, dir)
 	port := freeTCPPort(t)
@@ -77,6 +78,7 @@ func TestTLS(t *testing.T) {
 // AUTH: the password in the URL is used, and never shows in an error or a
 // log line.
 func TestAuthNeverShown(t *testing.T) {
+	t.Parallel()
 	r := redistest.Start(t, "requirepass s3cret-pw")
 	time.Sleep(1100 * time.Millisecond) // its quiet time after a start
 	roundTrip(t, Config{URL: "redis://:s3cret-pw@" + r.Addr()})
@@ -106,6 +108,7 @@ func TestAuthNeverShown(t *testing.T) {
 // Sentinel: the backend finds the master through a sentinel
 // (?master_name=).
 func TestSentinel(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	dir := t.TempDir()
 	port := freeTCPPort(t)

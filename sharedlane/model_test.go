@@ -85,6 +85,7 @@ func (m *model) dispatch() []*mcall {
 // are exactly the ones granted, and the lane's global figures are the
 // model's. Seeds are printed on failure.
 func TestAgainstModel(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	for seed := range uint64(30) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { againstModel(t, r.URL(), seed) })

@@ -286,12 +286,14 @@ func (p *exporterProc) snapshot(t *testing.T) map[string]any {
 // call ends completed, timed out in the queue or canceled, and Redis keeps
 // nothing once they are over.
 func TestThreeProcessesOneLane(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	threeProcesses(t, r.URL(), func() { r.WaitUptime(2 * time.Second) }, func() { noResidue(t, r) })
 }
 
 // 5. The same on a Redis Cluster of three masters, made by the test.
 func TestThreeProcessesOnACluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	quiet := func() {
 		for _, n := range c.Nodes {
@@ -367,6 +369,7 @@ func threeProcesses(t *testing.T, url string, settled, clean func()) {
 // places: within the lease TTL its slots are free and the other process's
 // waiting calls go on.
 func TestKilledProcessFreesItsSlots(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 30 * time.Millisecond, Tokens: 100, PropagateDisconnect: true})
 	a := startExporter(t, gw.URL, r.URL(), "a", 4, "")
@@ -517,8 +520,12 @@ func eventually(t *testing.T, what string, ok func() bool) {
 // in metrics, and once Redis is back nothing is granted twice: the gateway
 // again never works on more than 4.
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"closed", "local"} {
-		t.Run(mode, func(t *testing.T) { redisDown(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			redisDown(t, mode)
+		})
 	}
 }
 
@@ -615,6 +622,7 @@ func classifyReasons(t *testing.T, p *exporterProc) string {
 // of every process, and a Retry-After from the lane's service rate (at
 // least 1 s), in the header, retry_after_s and the message.
 func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 5 * time.Millisecond, Tokens: 4, PropagateDisconnect: true})
 	// A lease of 5 s, not the tests' usual 1 s: on a loaded machine a queue
@@ -718,6 +726,7 @@ func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
 // during the stall queue, or are refused, rather than run); and new calls
 // use Redis again soon after it answers.
 func TestRedisStallCutsNoCall(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"local", "closed"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel() // each waits out a lease_ttl of quiet time after its Redis starts
@@ -784,6 +793,7 @@ func TestRedisStallCutsNoCall(t *testing.T) {
 // figures read and their age (llmlanes_llm_shared_figures_age_seconds, and
 // the snapshot's shared.figures_age_s); once Redis answers, fresh again.
 func TestScrapeWithRedisFrozen(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Millisecond, Tokens: 2, PropagateDisconnect: true})
 	p := startExporter(t, gw.URL, r.URL(), "p", 4, ", lease_ttl: 5s")

@@ -21,6 +21,7 @@ import (
 // must be the in-process limiter's, line for line, but where a file marks
 // a line as one engine's, with the reason.
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	lanescenario.RunDir(t, "../limiter/testdata/scenarios", &shared{r: startRedis(t)})
 }
 

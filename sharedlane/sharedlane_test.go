@@ -133,6 +133,7 @@ func queuedGlobally(t *testing.T, p *process, n int) {
 // Two processes share one lane of 2: the third call waits whichever
 // process makes it, and a release in one grants the waiter in the other.
 func TestTwoProcessesShareOneLimit(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	cfg := limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute}
 	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
@@ -191,6 +192,7 @@ func noResidue(t *testing.T, r *redistest.Server) {
 // 2. Global priority: with the lane full, bulk calls queued in process A
 // and an interactive call arriving later in B: B's call is granted first.
 func TestGlobalPriority(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute, InteractiveReserve: 0}
 	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
@@ -230,6 +232,7 @@ func firstOf(cs ...*call) <-chan *call {
 // goes before a default call that arrived later; one that has not, does
 // not.
 func TestAgingOnRedisClock(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}
 	step := func(c *Config) { c.AgingStep = 500 * time.Millisecond }
@@ -273,6 +276,7 @@ func TestAgingOnRedisClock(t *testing.T) {
 // flight (in different processes) keep a third one waiting, while an
 // interactive call is granted at once.
 func TestReserveAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	cfg := limiter.Config{MaxInflight: 3, QueueTimeout: time.Minute, InteractiveReserve: 1}
 	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
@@ -295,6 +299,7 @@ func TestReserveAcrossProcesses(t *testing.T) {
 // A queue timeout is a *QueueTimeoutError and leaves nothing queued; a
 // canceled wait returns the context's error and leaves nothing either.
 func TestTimeoutAndCancelLeaveNothing(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: 300 * time.Millisecond}
 	a, b := newProcess(t, r.URL(), "a", cfg), newProcess(t, r.URL(), "b", cfg)
@@ -328,6 +333,7 @@ func TestTimeoutAndCancelLeaveNothing(t *testing.T) {
 // lapses in Redis, that is before Redis can grant it to anyone else; the
 // process waiting elsewhere then gets it.
 func TestCutOffHolderStopsFirst(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	proxy := redistest.NewProxy(t, r.Addr())
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}
@@ -369,6 +375,7 @@ func TestCutOffHolderStopsFirst(t *testing.T) {
 // lanehttp stops a streaming call whose shared slot is lost, with
 // ErrSlotLost, and tells the gateway (its request ends).
 func TestTransportStopsLostCall(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	proxy := redistest.NewProxy(t, r.Addr())
 	ended := make(chan struct{})
@@ -414,6 +421,7 @@ func TestTransportStopsLostCall(t *testing.T) {
 // queues (its own acquisition, decided with a's 2); b's next op, its next
 // call or a renewal, decided with b's 8, grants it.
 func TestAdaptiveLimitIsPerProcess(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	enqueued := make(chan struct{}, 4)
 	a := newProcess(t, r.URL(), "a", limiter.Config{MaxInflight: 8, QueueTimeout: time.Minute,
@@ -462,6 +470,7 @@ func TestAdaptiveLimitIsPerProcess(t *testing.T) {
 // (Redis restarted); if the call released it meanwhile, the slot taken
 // again is given back, not kept and renewed with no call behind it.
 func TestReclaimRacingRelease(t *testing.T) {
+	t.Parallel()
 	r := redistest.Start(t, "enable-debug-command yes")
 	r.WaitUptime(time.Second)
 	p := newProcess(t, r.URL(), "a", limiter.Config{MaxInflight: 4, QueueTimeout: time.Minute})
@@ -526,6 +535,7 @@ func TestReclaimRacingRelease(t *testing.T) {
 // of the lane expires four lease TTLs after the lane's last op. (Before,
 // the holders' keys had no TTL and stayed for ever.)
 func TestDeadHolderLeavesNoKeys(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	p := newProcess(t, r.URL(), "doomed", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute})
 	c := p.start(context.Background(), limiter.Default).wait(t)
@@ -547,6 +557,7 @@ func TestDeadHolderLeavesNoKeys(t *testing.T) {
 // history take) does not keep its keys alive: a lane nobody calls is gone
 // from Redis four lease TTLs after its last call, however often it is read.
 func TestReadsKeepNoLaneAlive(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	p := newProcess(t, r.URL(), "reader", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute})
 	s, err := p.lim.Acquire(context.Background(), lane)
@@ -570,6 +581,7 @@ func TestReadsKeepNoLaneAlive(t *testing.T) {
 // The lanes a process has seen are forgotten from its memory once unused
 // for four lease TTLs with nothing held or waiting: they do not pile up.
 func TestLanesForgottenWhenUnused(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	p := newProcess(t, r.URL(), "p", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute})
 	for i := range 50 {
@@ -598,6 +610,7 @@ func TestLanesForgottenWhenUnused(t *testing.T) {
 // as the shared ones are: max_lanes and lane_idle_ttl apply, so lanes that
 // came and went leave nothing behind.
 func TestFallbackLanesBounded(t *testing.T) {
+	t.Parallel()
 	p := newProcess(t, "redis://127.0.0.1:1", "alone", limiter.Config{MaxInflight: 2, QueueTimeout: time.Minute, MaxLanes: 100, LaneIdleTTL: time.Second})
 	for i := range 20 {
 		s, err := p.lim.Acquire(context.Background(), fmt.Sprintf("https://gw/v1|model-%d", i))
@@ -635,6 +648,7 @@ func (c *countingBackend) Lanes(ctx context.Context, keys []string) map[string]l
 // A scrape reads the store once, whatever its producers (lane gauges, lane
 // states) take from the snapshot.
 func TestOneStoreReadPerScrape(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	b, err := New(Config{URL: r.URL(), Process: "p", LeaseTTL: time.Second, Log: quiet})
 	if err != nil {

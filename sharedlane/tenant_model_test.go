@@ -229,6 +229,7 @@ func (m *tmodel) dispatch(now int64) []*tcall {
 // arrivals never tie). After each step the calls granted are exactly the
 // model's, and so are the tenants' services in Redis, to the float.
 func TestTenantsAgainstModel(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { tenantsAgainstModel(t, r, seed) })

@@ -18,6 +18,7 @@ import (
 // slot at the gateway and waits for the one call it lets through, so the
 // order is the shared lane's.
 func TestTenantsShareAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	arrivals := make(chan string, 64)
 	release := make(chan struct{})

@@ -21,6 +21,7 @@ import (
 // gateway: never more than five calls at once, though each process alone
 // would send five, and no 429.
 func TestTokenBudgetAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	sim, post := tokenExporters(t, "{max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0, tokens_per_minute: 6000}")
 	postAll(t, post, 0, 20)
 	st := sim.Stats()
@@ -40,6 +41,7 @@ func TestTokenBudgetAcrossProcesses(t *testing.T) {
 // say binds both, so the gateway answers no 429 and never holds more than
 // five.
 func TestProviderHeadersAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	sim, post := tokenExporters(t, "{max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0}")
 	if err := post(0); err != nil {
 		t.Fatalf("first call: %v", err)

@@ -18,6 +18,7 @@ import (
 // refills at 1,000 a minute; a call larger than the whole budget is
 // refused at once.
 func TestSharedTokenBudget(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour, TokensPerMinute: 1000}
@@ -80,6 +81,7 @@ func TestSharedTokenBudget(t *testing.T) {
 // 429's Retry-After, reported by b, then holds a's interactive call for
 // its 5 s.
 func TestSharedProviderLimits(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour}
@@ -162,6 +164,7 @@ func TestSharedProviderLimits(t *testing.T) {
 // every call holds the slot as long (and no lease lapses): slot-time alone
 // would alternate them.
 func TestSharedFairSharesByTokens(t *testing.T) {
+	t.Parallel()
 	r := startRedis(t)
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Hour}

@@ -70,15 +70,11 @@ func TestAdaptiveGoals(t *testing.T) {
 	}
 }
 
-// Same inputs, same ADAPTIVE.md and charts, byte for byte.
+// Same inputs, same ADAPTIVE.md and charts, byte for byte: this run's
+// files are the committed ones, which make replay wrote in another process
+// (a second run here would prove no more, for half a minute under -race).
 func TestAdaptiveSameReport(t *testing.T) {
-	a := adaptiveRun(t)
-	b, err := RunAdaptive()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fa := a.Files()
-	sameFiles(t, fa, b.Files())
+	fa := adaptiveRun(t).Files()
 	md := string(fa["ADAPTIVE.md"])
 	for _, want := range []string{"## The goals, measured", "## Beyond the headline", "Of 24 runs: ", "## Gateways that jitter", "![capacity halves: adaptive](adaptive-capacity-halves-adaptive.svg)", "queue_timeout 5m0s"} {
 		if !strings.Contains(md, want) {
