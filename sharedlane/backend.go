@@ -3,7 +3,6 @@ package sharedlane
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,9 +20,6 @@ import (
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
-//go:embed lane.lua
-var laneLua string
-
 // Backend is a limiter.Backend on Redis. Create it with New, pass it to
 // limiter.New with limiter.WithBackend, and Close it after the limiter's
 // last call.
@@ -31,7 +27,7 @@ type Backend struct {
 	cfg       Config
 	url       *url.URL // for redacting its password from errors
 	rdb       redis.UniversalClient
-	script    *redis.Script
+	eng       *engine
 	channel   string
 	suffix    string // this process's random part of every id it asks for
 	log       *slog.Logger
@@ -88,7 +84,7 @@ func New(cfg Config) (*Backend, error) {
 	var suffix [4]byte
 	rand.Read(suffix[:])
 	u, _ := url.Parse(cfg.URL)
-	b := &Backend{cfg: cfg, url: u, rdb: rdb, script: redis.NewScript(laneLua), channel: cfg.KeyPrefix + ":grants",
+	b := &Backend{cfg: cfg, url: u, rdb: rdb, eng: newEngine(cfg.Log), channel: cfg.KeyPrefix + ":grants",
 		suffix: hex.EncodeToString(suffix[:]), log: cfg.Log, stop: make(chan struct{}),
 		waiters: map[string]*waiter{}, leases: map[string]*lease{}, fallbacks: map[*lease]bool{}, downCh: make(chan struct{}), upCh: make(chan struct{})}
 	if cfg.OnRedisDown == OnDownLocal {
@@ -198,7 +194,7 @@ func (b *Backend) argv(lk *laneKeys, op string, args ...any) []any {
 
 // run runs one op of lane.lua for lane lk, under the lane's settings.
 func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any) (any, error) {
-	v, err := b.script.Run(ctx, b.rdb, lk.keys, b.argv(lk, op, args...)...).Result()
+	v, err := b.eng.run(ctx, b.rdb, lk.keys, b.argv(lk, op, args...)...).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -207,22 +203,13 @@ func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any)
 
 // states runs lane.lua's state op for every lane of lks in one pipeline:
 // one round trip for a snapshot, however many lanes (a Cluster splits it
-// by node). The script is loaded first if Redis does not have it.
+// by node).
 func (b *Backend) states(ctx context.Context, lks []*laneKeys) ([]*redis.Cmd, error) {
-	for attempt := 0; ; attempt++ {
-		pipe := b.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(lks))
-		for i, lk := range lks {
-			cmds[i] = b.script.EvalSha(ctx, pipe, lk.keys, b.argv(lk, "state")...)
-		}
-		_, err := pipe.Exec(ctx)
-		if err == nil || attempt > 0 || !strings.Contains(err.Error(), "NOSCRIPT") {
-			return cmds, err
-		}
-		if err := b.script.Load(ctx, b.rdb).Err(); err != nil {
-			return cmds, err
-		}
+	keys := make([][]string, len(lks))
+	for i, lk := range lks {
+		keys[i] = lk.keys
 	}
+	return b.eng.pipelined(ctx, b.rdb, keys, func(i int) []any { return b.argv(lks[i], "state") })
 }
 
 // listen wakes the waiters named in grant messages.

@@ -7,21 +7,22 @@
 --               in tokens); estimate and cost are what the token budget was charged
 --               at the grant and now (0 without a budget); call is the call's
 --               estimate, its use once settled ('' if it carried none); grant is
---               the lane's grant count at its grant (see op limits); base is the
+--               m's seq at its grant, so grants order as granted (see op limits); base is the
 --               estimate as its caller gave it, before a raise (see calibrate)
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
 --   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process|base"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms), or a waiter
 --               refused as too large -> "x|budget|its size" (see refuse)
---   9 m   HASH  seq (id counter), since (queue non-empty since, ms), lane (its key),
+--   9 m   HASH  seq (the counter of ids and grants), since (queue non-empty since, ms), lane (its key),
 --               boot (the server's start, ms), tl and ta (the token budget's level and
 --               when it was, ms), ti (the estimates of the calls holding slots), tb
 --               (a budget is on: see adopt), pl (the token limit the provider last
 --               announced: a call estimated above it is refused; op reload clears
 --               it), ms (a call has named a tenant: grants are charged from then
 --               on), ex (when every key's expiry was last renewed, ms) and cp (the
---               cap whose counts i: keeps: see recount)
+--               cap whose counts i: keeps: see recount), sw (a bound on the earliest
+--               lease in h and qx: see sweep) and pu (until when pv may bind, ms)
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds, or tokens, per
 --               unit of weight), p:NAME the part of it charged to calls in flight,
 --               e:NAME the mean slot-time of its calls (s), i:NAME its slots held
@@ -62,40 +63,62 @@
 -- their string order is their enqueue order (FIFO among equal arrivals)
 -- and an id can never be mistaken for another after the lane's counter
 -- expires with the lane.
-local H, HC, QX, QC, G, M, T, PV = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local Q = {KEYS[5], KEYS[6], KEYS[7]}
-local op, channel, tag = ARGV[1], ARGV[2], ARGV[3]
-local ttl, limit, reserve, step = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local cap = tonumber(ARGV[8])
-local tpm, maxtok = tonumber(ARGV[10]), tonumber(ARGV[11])
+-- A call's state, set afresh by begin (below) at the start of every call:
+-- the library is loaded once and its functions made once (making them on
+-- every call, as a script's body does, cost more than the rest of an
+-- uncontended acquire), so nothing here may outlive a call.
+local KEYS, ARGV
+local H, HC, QX, QC, G, M, T, PV, Q
+local op, channel, tag, ttl, limit, reserve, step, cap, tpm, maxtok, now
 local A = 11 -- the op's arguments are ARGV[A + 1] on
-if reserve > limit - 1 then reserve = limit - 1 end
-if reserve < 0 then reserve = 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.Config.Clock)
+-- written: the keys the call wrote (see wr); meta: what it read of m (see
+-- begin); the rest are read once, when first needed, and kept for the call.
+local written, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept
+local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu'}
+
+-- begin sets the call's state from its keys and arguments (see the top).
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  H, HC, QX, QC, G, M, T, PV = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+  Q = {KEYS[5], KEYS[6], KEYS[7]}
+  op, channel, tag = ARGV[1], ARGV[2], ARGV[3]
+  ttl, limit, reserve, step = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  cap = tonumber(ARGV[8])
+  tpm, maxtok = tonumber(ARGV[10]), tonumber(ARGV[11])
+  if reserve > limit - 1 then reserve = limit - 1 end
+  if reserve < 0 then reserve = 0 end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.Config.Clock)
+  written, skip = {}, {}
+  -- What the call reads of the meta hash, read once, by name (false when
+  -- unset): boot, pl, tb, lane, ms (measured: a call has named a tenant),
+  -- ex (the keys' last full refresh, ms), cp (the cap whose counts the
+  -- tenants' i: fields keep), sw and pu.
+  local r = redis.call('HMGET', M, unpack(metaFields))
+  meta = {}
+  for i, k in ipairs(metaFields) do meta[k] = r[i] end
+  pl = tonumber(meta.pl or '') or 0 -- the provider's last announced token limit (0: none)
+  budgeted = tpm > 0 or maxtok > 0 -- see adopt
+  measuredNow = meta.ms ~= false -- see hold
+  swept = meta.sw == 'n' and math.huge or tonumber(meta.sw or '') -- see sweep
+  quietness, nq, inTokens, tokenLevel, prov, provRead = nil, nil, nil, nil, nil, nil
+end
 
 -- wr makes a write to key k (a command that may make the key), and notes k
 -- for its expiry at the end of the script (see the end).
-local written = {}
 local function wr(cmd, k, ...)
   written[k] = true
   return redis.call(cmd, k, ...)
 end
 
--- What the script reads of the meta hash, read once: boot, pl, tb, lane,
--- ms (measured: a call has named a tenant), ex (the keys' last full
--- refresh, ms) and cp (the cap whose counts the tenants' i: fields keep).
-local meta = redis.call('HMGET', M, 'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp')
-
 -- The server's start, from its uptime (whole seconds, so the estimate is
 -- never earlier than the truth), kept in the lane's meta key so that INFO
 -- runs once per lane rather than once per call; the key goes with a
 -- restart, and the estimate is made again.
-local quietness
 local function quiet()
   if quietness == nil then
-    local boot = tonumber(meta[1] or '')
+    local boot = tonumber(meta.boot or '')
     if not boot then
       local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
       boot = now - up * 1000
@@ -108,14 +131,10 @@ end
 
 -- queued is how many wait (every waiter has a place's lease in qx), read
 -- once and kept up to date by enqueue and unqueue.
-local nq
 local function queued()
   if nq == nil then nq = redis.call('ZCARD', QX) end
   return nq
 end
-
--- pl is the provider's last announced token limit (0: none), as m keeps it.
-local pl = tonumber(meta[2] or '') or 0
 
 -- fields splits a "a|b|...|rest" value into n fields, the last taking the rest.
 -- A value with fewer (an older version's, in a rolling upgrade) leaves the
@@ -159,7 +178,6 @@ local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
 -- tok); toTokens turns it so at the first grant with an estimate, of call:
 -- every tenant's service starts again from 0 (slot-time and tokens do not
 -- compare), and a call with no estimate is charged the mean (pc).
-local inTokens
 local function tokens()
   if inTokens == nil then inTokens = redis.call('HEXISTS', T, 'tok') == 1 end
   return inTokens
@@ -178,7 +196,6 @@ end
 -- nil without a budget; a bucket turned on starts full, less what the calls
 -- in flight were estimated at.
 local function inflightTokens() return tonumber(redis.call('HGET', M, 'ti') or '') or 0 end
-local tokenLevel
 local function level()
   if tpm <= 0 then return nil end
   if tokenLevel == nil then
@@ -205,8 +222,7 @@ end
 -- provider windows: the reset is at most a window away (the caller bounds
 -- it), the level never below minus the limit, and the rate at least the
 -- limit per window; the key expires when it stops binding. A lane whose
--- answers carry no headers reads one key per script.
-local prov, provRead
+-- answers carry no headers never reads it (see provider).
 local function mirrorOf(f, i)
   if f[i] == '' then return nil end
   return {l = tonumber(f[i]), a = tonumber(f[i + 1]), m = tonumber(f[i + 2]), r = tonumber(f[i + 3]), u = tonumber(f[i + 4])}
@@ -236,17 +252,27 @@ local function saveProvider()
   if not mactive(p.q) then p.q = nil end
   if p.t == nil and p.q == nil and now >= p.hold then
     redis.call('DEL', PV)
+    redis.call('HDEL', M, 'pu')
     prov = nil
   else
-    local life = math.max(mbinds(p.t), mbinds(p.q), p.hold - now)
-    redis.call('SET', PV, mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said,
-      'PX', math.max(1, math.ceil(life)))
+    local life = math.max(1, math.ceil(math.max(mbinds(p.t), mbinds(p.q), p.hold - now)))
+    redis.call('SET', PV, mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said, 'PX', life)
+    wr('HSET', M, 'pu', now + life)
   end
 end
 -- provider returns the provider's word, or nil when nothing of it binds.
+-- m's pu says until when pv may bind, so that a lane whose answers carry
+-- no headers reads no pv (its meta hash gone, it reads pv: pv outlives m).
 local function provider()
   if not provRead then
     provRead = true
+    local pu = tonumber(meta.pu or '')
+    if pu ~= nil and now >= pu then -- over (on a test's clock, pv may still be there)
+      redis.call('DEL', PV)
+      redis.call('HDEL', M, 'pu')
+      return nil
+    end
+    if pu == nil and meta.ex ~= false then return nil end
     local v = redis.call('GET', PV)
     if v then
       local f = fields(v, 12)
@@ -282,13 +308,13 @@ end
 -- flight (a holder's estimate and cost are kept as 0; its call field keeps
 -- the estimate, for the provider's word and the tenants' shares); a budget
 -- a reload turns on counts the calls granted from then on.
-local budgeted = tpm > 0 or maxtok > 0
+--
 -- adopt, as a budget is turned on (m's tb is set while one is), counts the
 -- estimates of the calls holding slots, granted while none was, in the
 -- estimates in flight, as package limiter does: a budget starts full, less
 -- them. As one is turned off, the bucket goes with it.
 local function adopt()
-  local on = meta[3] ~= false
+  local on = meta.tb ~= false
   if budgeted == on then return end
   if not budgeted then
     redis.call('HDEL', M, 'tb', 'tl', 'ta', 'ti')
@@ -392,9 +418,8 @@ local function fits(c, n, others)
   return n < limit and (c == 0 or others < limit - reserve)
 end
 
--- skip holds the tenants set aside for the dispatch under way (see dispatch).
-local skip = {}
-
+-- capped reports whether tenant is at its cap, or set aside for the
+-- dispatch under way (skip: see dispatch).
 local function capped(tenant)
   return skip[tenant] or (cap > 0 and num('i:' .. tenant, 0) >= cap)
 end
@@ -495,15 +520,30 @@ end
 -- A lane whose calls have named no tenant (only 'default' so far) has no
 -- one to be fair to: its grants are not charged (the charge field is '-'),
 -- as an in-process lane reads no clock for them.
-local measuredNow = meta[5] ~= false
 local function measured() return measuredNow end
 
-local function hold(id, c, tenant, w, proc, expiry, cost, base)
-  wr('ZADD', H, expiry or (now + ttl), id)
+-- The sweep's bound (m's sw): no lease in h or qx lapses before it ('n':
+-- there is none), so that a call before it reads neither to sweep. A lease
+-- written lowers it to its own expiry (leased); a renewal only moves a
+-- lease later, and a lease removed leaves it a bound; a sweep sets it to
+-- the earliest lease left.
+local function leased(expiry)
+  if expiry < swept then
+    swept = expiry
+    wr('HSET', M, 'sw', expiry)
+  end
+end
+
+-- grant is the grant's place in the lane's counter (seq): a fresh id's
+-- own, or the counter's next.
+local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
+  expiry = expiry or (now + ttl)
+  wr('ZADD', H, expiry, id)
+  leased(expiry)
   local call = tonumber(cost) or 0
   cost = budgeted and call or 0
   takeTokens(call, cost)
-  local grant = wr('HINCRBY', M, 'gs', 1)
+  grant = grant or wr('HINCRBY', M, 'seq', 1)
   local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc ..
     '|' .. (base or call)
   if measured() then
@@ -631,15 +671,29 @@ end
 -- sweep drops the leases that lapsed (their process stopped renewing
 -- them) and grants what they held.
 local function sweep()
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', H, '-inf', now)) do unhold(id) end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', QX, '-inf', now)) do unqueue(id) end
+  if swept == nil or now >= swept then -- see leased
+    local before, first = swept, math.huge
+    for _, k in ipairs({H, QX}) do
+      local r = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+      if #r > 0 and tonumber(r[2]) <= now then
+        local drop = k == H and unhold or unqueue
+        for _, id in ipairs(redis.call('ZRANGEBYSCORE', k, '-inf', now)) do drop(id) end
+        r = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+      end
+      if #r > 0 then first = math.min(first, tonumber(r[2])) end
+    end
+    swept = first
+    if first ~= before then wr('HSET', M, 'sw', first == math.huge and 'n' or first) end
+  end
   -- Whatever freed a slot (a lapsed lease, the end of the quiet time),
   -- the waiters get it now.
   dispatch()
 end
 
+-- newid returns a new id, and its place in the lane's counter.
 local function newid(suffix)
-  return string.format('%016x', wr('HINCRBY', M, 'seq', 1)) .. ':' .. suffix
+  local n = wr('HINCRBY', M, 'seq', 1)
+  return string.format('%016x', n) .. ':' .. suffix, n
 end
 
 -- recount makes the tenants' i: fields count their slots held when the cap
@@ -647,7 +701,7 @@ end
 -- release then count them), and counted afresh from the holders when one
 -- is set.
 local function recount()
-  if cap == (tonumber(meta[7] or '') or 0) then return end
+  if cap == (tonumber(meta.cp or '') or 0) then return end
   local del = {}
   for _, k in ipairs(redis.call('HKEYS', T)) do
     if string.sub(k, 1, 2) == 'i:' then del[#del + 1] = k end
@@ -665,11 +719,10 @@ local function recount()
   wr('HSET', M, 'cp', cap)
 end
 
-adopt()
-recount()
-sweep()
-local out
-if op == 'acquire' then
+local ops = {} -- the ops, by name
+
+function ops.acquire()
+  local out
   -- ARGV A+1 class, +2 age of the logical arrival (ms), +3 process, +4 lane key,
   -- +5 id suffix, +6 tenant, +7 its weight, +8 its estimate (tokens)
   local c, age, proc = tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2]), ARGV[A + 3]
@@ -679,15 +732,15 @@ if op == 'acquire' then
     return {'too_large', '', pl}
   end
   local cost = calibrate(tenant, base)
-  if meta[4] ~= ARGV[A + 4] then wr('HSET', M, 'lane', ARGV[A + 4]) end
+  if meta.lane ~= ARGV[A + 4] then wr('HSET', M, 'lane', ARGV[A + 4]) end
   if tenant ~= 'default' and not measuredNow then
     wr('HSET', M, 'ms', 1)
     measuredNow = true
   end
   local n, others = counts()
-  local id = newid(ARGV[A + 5])
+  local id, seq = newid(ARGV[A + 5])
   if queued() == 0 and fits(c, n, others) and not quiet() and not capped(tenant) and tokensFit(cost) then
-    hold(id, c, tenant, w, proc, nil, cost, base)
+    hold(id, c, tenant, w, proc, nil, cost, base, seq)
     out = {'granted', id, 0}
   else
     local at = now - age
@@ -698,6 +751,7 @@ if op == 'acquire' then
     wr('SADD', Q[c + 1] .. '@', tenant)
     nq = queued() + 1
     wr('ZADD', QX, now + ttl, id)
+    leased(now + ttl)
     wr('HSET', QC, id, c .. '|' .. at .. '|' .. now .. '|' .. tenant .. '|' .. exact(w) .. '|' .. cost .. '|' .. proc .. '|' .. base)
     -- A newcomer can be served at once: an interactive call may take a
     -- slot the queued work may not, and an early arrival may rank first.
@@ -713,12 +767,18 @@ if op == 'acquire' then
       out = {'queued', id, pos}
     end
   end
-elseif op == 'release' then
+  return out
+end
+
+function ops.release()
   -- ARGV A+1 id
   local ok = unhold(ARGV[A + 1])
   dispatch()
-  out = ok and 1 or 0
-elseif op == 'cancel' then
+  return ok and 1 or 0
+end
+
+function ops.cancel()
+  local out
   -- ARGV 8 id: leave the queue. A grant that came first is claimed. A
   -- waiter that leaves is told where it stood: {'removed', its place in
   -- the serving order, the waiters then (itself included), and for a
@@ -767,27 +827,29 @@ elseif op == 'cancel' then
       out = 'gone' -- or refused as too large: the caller's own end stands
     end
   end
-elseif op == 'settle' then
+  return out
+end
+
+function ops.settle()
   -- ARGV A+1 id, +2 the tokens its call used: replaces what its grant was
   -- charged in the budget, at once (what it did not use comes back).
   local id, used = ARGV[A + 1], tonumber(ARGV[A + 2])
   local v = redis.call('HGET', HC, id)
-  if v then
-    local f = fields(v, 11)
-    -- No call costs more than a whole budget (the caller bounds the rest).
-    local ceil = math.max(tpm, maxtok, pl)
-    if ceil > 0 then used = math.min(used, ceil) end
-    local l = level()
-    if l ~= nil then setLevel(math.max(-tpm, math.min(tpm, l - (used - (tonumber(f[7]) or 0))))) end
-    learn(f[2], tonumber(f[11]) or tonumber(f[8]) or 0, used)
-    f[7], f[8] = used, used
-    wr('HSET', HC, id, table.concat(f, '|'))
-    dispatch()
-    out = 1
-  else
-    out = 0
-  end
-elseif op == 'limits' then
+  if not v then return 0 end
+  local f = fields(v, 11)
+  -- No call costs more than a whole budget (the caller bounds the rest).
+  local ceil = math.max(tpm, maxtok, pl)
+  if ceil > 0 then used = math.min(used, ceil) end
+  local l = level()
+  if l ~= nil then setLevel(math.max(-tpm, math.min(tpm, l - (used - (tonumber(f[7]) or 0))))) end
+  learn(f[2], tonumber(f[11]) or tonumber(f[8]) or 0, used)
+  f[7], f[8] = used, used
+  wr('HSET', HC, id, table.concat(f, '|'))
+  dispatch()
+  return 1
+end
+
+function ops.limits()
   -- ARGV A+1 the id of the slot whose answer carried the headers, then for
   -- tokens (+2..+5) and requests (+6..+9): known (1 or 0), limit, remaining,
   -- reset (ms, at most the window); +10 a 429's Retry-After (ms, at most
@@ -836,15 +898,17 @@ elseif op == 'limits' then
   prov = p
   saveProvider()
   dispatch()
-  out = 1
-elseif op == 'reload' or op == 'forget' then
+  return 1
+end
+
+function ops.reload()
   -- A reload (forget: an older version's name): forget what the provider
   -- said of the lane; a waiter's raise is at most the new smallest budget,
   -- and a waiter now larger than a whole budget is refused; then grant
   -- what the new settings allow. It scans the queue, as an in-process
   -- lane's reload does.
   redis.call('DEL', PV)
-  redis.call('HDEL', M, 'pl')
+  redis.call('HDEL', M, 'pl', 'pu')
   pl = 0
   prov, provRead = nil, true
   local ceiling = smallest()
@@ -866,8 +930,12 @@ elseif op == 'reload' or op == 'forget' then
     redis.call('PUBLISH', channel, tag .. ' ' .. table.concat(told, ','))
   end
   dispatch()
-  out = 1
-elseif op == 'take' then
+  return 1
+end
+ops.forget = ops.reload -- an older version's name
+
+function ops.take()
+  local out
   -- ARGV A+1 id: claim a grant, or learn of a refusal: {'too_large', the
   -- budget, its size}.
   local g = redis.call('HGET', G, ARGV[A + 1])
@@ -884,22 +952,32 @@ elseif op == 'take' then
   else
     out = 'gone'
   end
-elseif op == 'renew' then
+  return out
+end
+
+function ops.renew()
+  local out
   -- ARGV A+1.. ids: h (held), q (queued) or - (gone), in order.
   out = {}
   for i = A + 1, #ARGV do
     local id = ARGV[i]
     if redis.call('ZSCORE', H, id) then
       wr('ZADD', H, 'XX', now + ttl, id)
+      leased(now + ttl) -- later than before, unless the lease was written by a longer one
       out[#out + 1] = 'h'
     elseif redis.call('ZSCORE', QX, id) then
       wr('ZADD', QX, 'XX', now + ttl, id)
+      leased(now + ttl)
       out[#out + 1] = 'q'
     else
       out[#out + 1] = '-'
     end
   end
-elseif op == 'reclaim' then
+  return out
+end
+
+function ops.reclaim()
+  local out
   -- ARGV A+1 class, +2 process, +3 force (1 or 0), +4 id suffix, +5 tenant,
   -- +6 its weight: a slot for a call already running (its lease was lost
   -- with a restarted store, or it ran on local lanes while the store was
@@ -907,13 +985,17 @@ elseif op == 'reclaim' then
   local c = tonumber(ARGV[A + 1])
   local n, others = counts()
   if ARGV[A + 3] == '1' or quiet() or (queued() == 0 and fits(c, n, others)) then
-    local id = newid(ARGV[A + 4])
-    hold(id, c, ARGV[A + 5], tonumber(ARGV[A + 6]), ARGV[A + 2])
+    local id, seq = newid(ARGV[A + 4])
+    hold(id, c, ARGV[A + 5], tonumber(ARGV[A + 6]), ARGV[A + 2], nil, nil, nil, seq)
     out = id
   else
     out = false
   end
-elseif op == 'state' then
+  return out
+end
+
+function ops.state()
+  local out
   -- now, queued by class, queue non-empty since, oldest enqueue, the token
   -- budget's level and the estimates in flight...
   local oldest = ''
@@ -939,8 +1021,7 @@ elseif op == 'state' then
   out[#out + 1] = tostring(p and math.max(0, p.hold - now) or 0)
   out[#out + 1] = p and tostring(now - p.said) or ''
   for _, v in ipairs(redis.call('HVALS', HC)) do out[#out + 1] = v end
-else
-  return redis.error_reply('unknown op ' .. tostring(op))
+  return out
 end
 -- Every key of the lane outlives its last op by four leases, then goes: a
 -- lane whose holders died (SIGKILL) and that nobody calls again leaves
@@ -950,23 +1031,45 @@ end
 -- within, every third of a lease. A read (state: every scrape, and
 -- lanes-exporter's history every 2 s) keeps no lane alive; it only gives
 -- a key it made (a grant its sweep dispatched) the same life.
-if op == 'state' then
-  for k in pairs(written) do
-    if k ~= PV and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
-  end
-elseif now - (tonumber(meta[6] or '') or 0) >= ttl or now < (tonumber(meta[6] or '') or 0) then
-  redis.call('HSET', M, 'ex', now)
-  for i = 1, #KEYS - 1 do redis.call('PEXPIRE', KEYS[i], ttl * 4) end -- pv has a life of its own
-  -- The keys made from the lane's exist only while calls wait.
-  if queued() > 0 then
-    for c = 0, 2 do
-      redis.call('PEXPIRE', Q[c + 1] .. '@', ttl * 4)
-      for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do redis.call('PEXPIRE', tq(c, tenant), ttl * 4) end
+local function expire()
+  if op == 'state' then
+    for k in pairs(written) do
+      if k ~= PV and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl * 4) end
+    end
+  elseif now - (tonumber(meta.ex or '') or 0) >= ttl or now < (tonumber(meta.ex or '') or 0) then
+    redis.call('HSET', M, 'ex', now)
+    for i = 1, #KEYS - 1 do redis.call('PEXPIRE', KEYS[i], ttl * 4) end -- pv has a life of its own
+    -- The keys made from the lane's exist only while calls wait.
+    if queued() > 0 then
+      for c = 0, 2 do
+        redis.call('PEXPIRE', Q[c + 1] .. '@', ttl * 4)
+        for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do redis.call('PEXPIRE', tq(c, tenant), ttl * 4) end
+      end
+    end
+  else
+    -- m, read with its ex, has its leases from then: it needs none now.
+    written[M] = nil
+    for k in pairs(written) do
+      if k ~= PV then redis.call('PEXPIRE', k, ttl * 4) end
     end
   end
-else
-  for k in pairs(written) do
-    if k ~= PV then redis.call('PEXPIRE', k, ttl * 4) end
-  end
 end
-return out
+
+-- lane runs one op (ARGV[1]) of the lane whose keys are keys.
+local function lane(keys, args)
+  begin(keys, args)
+  local run = ops[op]
+  if run == nil then return redis.error_reply('unknown op ' .. tostring(op)) end
+  adopt()
+  recount()
+  sweep()
+  local out = run()
+  expire()
+  return out
+end
+
+-- Package sharedlane loads this file as a Redis function library (Redis 7
+-- and later): it wraps the file in a function, which runs once, at the
+-- load, and registers the lane it returns. On a Redis without functions it
+-- runs the file as a script, whose functions are then made on every call.
+return lane

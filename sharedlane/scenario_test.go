@@ -22,7 +22,36 @@ import (
 // a line as one engine's, with the reason.
 func TestScenarios(t *testing.T) {
 	t.Parallel()
-	lanescenario.RunDir(t, "../limiter/testdata/scenarios", &shared{r: startRedis(t)})
+	e := &shared{r: startRedis(t)}
+	t.Cleanup(func() { e.ranAs(t, false) }) // once the files' subtests are over
+	lanescenario.RunDir(t, "../limiter/testdata/scenarios", e)
+}
+
+// TestScenariosAsScript runs them on a redis-server without functions
+// (FUNCTION and FCALL renamed away, as on a Redis before 7.0, or an ACL
+// that forbids them): lane.lua runs as a script, with the same answers.
+func TestScenariosAsScript(t *testing.T) {
+	t.Parallel()
+	r := redistest.Start(t, "rename-command FCALL no-fcall", "rename-command FUNCTION no-function")
+	r.WaitUptime(time.Second)
+	e := &shared{r: r}
+	t.Cleanup(func() { e.ranAs(t, true) })
+	lanescenario.RunDir(t, "../limiter/testdata/scenarios", e)
+}
+
+// ranAs fails t unless every backend of e ran lane.lua as a script
+// (script) or as a function.
+func (e *shared) ranAs(t *testing.T, script bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.of) == 0 {
+		t.Fatal("no backend ran")
+	}
+	for _, b := range e.of {
+		if b.eng.eval.Load() != script {
+			t.Fatalf("a backend ran lane.lua as a script: %v, want %v", b.eng.eval.Load(), script)
+		}
+	}
 }
 
 type shared struct {

@@ -78,8 +78,9 @@ func Launch(dir string, extra ...string) (*Server, error) {
 func flags(directives []string) []string {
 	var out []string
 	for _, d := range directives {
-		k, v, _ := strings.Cut(d, " ")
-		out = append(out, "--"+k, v)
+		f := strings.Fields(d) // "rename-command FCALL x": a flag and its two values
+		out = append(out, "--"+f[0])
+		out = append(out, f[1:]...)
 	}
 	return out
 }
