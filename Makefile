@@ -23,7 +23,7 @@ lint-observability:
 STRESSCOUNT ?= 3
 stress: tools
 	@dir=$$(mktemp -d); echo "make stress: two copies of go test -race -count=$(STRESSCOUNT) ./..., logs in $$dir"; \
-	for i in 1 2; do ( $(GO) test -race -count=$(STRESSCOUNT) -timeout 60m ./... > $$dir/copy$$i.log 2>&1; echo $$? > $$dir/copy$$i.rc ) & done; wait; \
+	for i in 1 2; do ( $(GO) test -race -count=$(STRESSCOUNT) -parallel 6 -timeout 60m ./... > $$dir/copy$$i.log 2>&1; echo $$? > $$dir/copy$$i.rc ) & done; wait; \
 	fail=0; for i in 1 2; do \
 	  if [ "$$(cat $$dir/copy$$i.rc)" != 0 ]; then fail=1; echo "copy $$i failed:"; grep -E -e '^(--- FAIL|FAIL|panic:)' -e '_test.go:[0-9]+:' $$dir/copy$$i.log | head -40; fi; \
 	done; \

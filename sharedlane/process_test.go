@@ -287,6 +287,7 @@ func (p *exporterProc) snapshot(t *testing.T) map[string]any {
 // nothing once they are over.
 func TestThreeProcessesOneLane(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	r := startRedis(t)
 	threeProcesses(t, r.URL(), func() { r.WaitUptime(2 * time.Second) }, func() { noResidue(t, r) })
 }
@@ -294,6 +295,7 @@ func TestThreeProcessesOneLane(t *testing.T) {
 // 5. The same on a Redis Cluster of three masters, made by the test.
 func TestThreeProcessesOnACluster(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	c := redistest.StartCluster(t, 3)
 	quiet := func() {
 		for _, n := range c.Nodes {
@@ -370,6 +372,7 @@ func threeProcesses(t *testing.T, url string, settled, clean func()) {
 // waiting calls go on.
 func TestKilledProcessFreesItsSlots(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 30 * time.Millisecond, Tokens: 100, PropagateDisconnect: true})
 	a := startExporter(t, gw.URL, r.URL(), "a", 4, "")
@@ -521,6 +524,7 @@ func eventually(t *testing.T, what string, ok func() bool) {
 // again never works on more than 4.
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	for _, mode := range []string{"closed", "local"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -623,6 +627,7 @@ func classifyReasons(t *testing.T, p *exporterProc) string {
 // least 1 s), in the header, retry_after_s and the message.
 func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 5 * time.Millisecond, Tokens: 4, PropagateDisconnect: true})
 	// A lease of 5 s, not the tests' usual 1 s: on a loaded machine a queue
@@ -727,6 +732,7 @@ func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
 // use Redis again soon after it answers.
 func TestRedisStallCutsNoCall(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	for _, mode := range []string{"local", "closed"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel() // each waits out a lease_ttl of quiet time after its Redis starts
@@ -794,6 +800,7 @@ func TestRedisStallCutsNoCall(t *testing.T) {
 // the snapshot's shared.figures_age_s); once Redis answers, fresh again.
 func TestScrapeWithRedisFrozen(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Millisecond, Tokens: 2, PropagateDisconnect: true})
 	p := startExporter(t, gw.URL, r.URL(), "p", 4, ", lease_ttl: 5s")
@@ -844,4 +851,18 @@ func TestScrapeWithRedisFrozen(t *testing.T) {
 	}
 	r.Thaw()
 	eventually(t, "fresh figures again", func() bool { m, _ := scrape(); return age(m) == 0 })
+}
+
+// processTests lets one test at a time run lanes-exporter processes: their
+// figures (the gateway's peak, a provider's 429) are taken at a real
+// gateway, whose view of a call's end lags the lane's when the machine is
+// loaded; the package's other tests run beside it.
+var processTests = make(chan struct{}, 1)
+
+// processesAlone waits until no other test runs processes, and holds the
+// turn until t's end (after its processes have stopped: cleanups run last
+// registered first).
+func processesAlone(t *testing.T) {
+	processTests <- struct{}{}
+	t.Cleanup(func() { <-processTests })
 }

@@ -19,6 +19,7 @@ import (
 // order is the shared lane's.
 func TestTenantsShareAcrossProcesses(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	r := startRedis(t)
 	arrivals := make(chan string, 64)
 	release := make(chan struct{})

@@ -22,6 +22,7 @@ import (
 // would send five, and no 429.
 func TestTokenBudgetAcrossProcesses(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	sim, post := tokenExporters(t, "{max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0, tokens_per_minute: 6000}")
 	postAll(t, post, 0, 20)
 	st := sim.Stats()
@@ -42,6 +43,7 @@ func TestTokenBudgetAcrossProcesses(t *testing.T) {
 // five.
 func TestProviderHeadersAcrossProcesses(t *testing.T) {
 	t.Parallel()
+	processesAlone(t)
 	sim, post := tokenExporters(t, "{max_inflight: 16, queue_timeout: 120s, interactive_reserve: 0}")
 	if err := post(0); err != nil {
 		t.Fatalf("first call: %v", err)
