@@ -525,12 +525,7 @@ func eventually(t *testing.T, what string, ok func() bool) {
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
 	processesAlone(t)
-	for _, mode := range []string{"closed", "local"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			redisDown(t, mode)
-		})
-	}
+	together(t, []string{"closed", "local"}, redisDown)
 }
 
 func redisDown(t *testing.T, mode string) {
@@ -733,65 +728,63 @@ func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
 func TestRedisStallCutsNoCall(t *testing.T) {
 	t.Parallel()
 	processesAlone(t)
-	for _, mode := range []string{"local", "closed"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel() // each waits out a lease_ttl of quiet time after its Redis starts
-			r := startRedis(t)
-			gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Second, Tokens: 12, PropagateDisconnect: true})
-			opts := fmt.Sprintf(", lease_ttl: 15s, on_redis_down: %s, local_max_inflight: 1", mode)
-			a, b := startExporter(t, gw.URL, r.URL(), "a", 4, opts), startExporter(t, gw.URL, r.URL(), "b", 4, opts)
-			r.WaitUptime(16 * time.Second) // the quiet time after a start is one lease_ttl
-			type end struct {
-				o   outcome
-				err error
-			}
-			streams := make(chan end, 4)
-			for _, p := range []*exporterProc{a, a, b, b} {
-				go func() { o, err := p.call("interactive", 0); streams <- end{o, err} }()
-			}
-			// All four at the gateway, not only granted in Redis: a call
-			// whose grant was on its way when Redis froze is not one that
-			// runs through the stall.
-			eventually(t, "4 streams at the gateway", func() bool { return gw.Peak() == 4 })
-			r.Freeze()
-			frozen := time.Now()
-			late := make(chan end, 2)
-			time.Sleep(2 * time.Second) // into the stall
-			for _, p := range []*exporterProc{a, b} {
-				go func() { o, err := p.call("interactive", 0); late <- end{o, err} }()
-			}
-			time.Sleep(time.Until(frozen.Add(8 * time.Second)))
-			if a.metric(t, "llmlanes_llm_shared_up") != "0" {
-				t.Fatal("the stall was not noticed") // else this would test nothing of the way back
-			}
-			r.Thaw()
-			thawed := time.Now()
-			// New calls use Redis again soon after it answers: two steps of
-			// grace, and a step to notice (docs/LANES-EXPORTER.md).
-			eventually(t, "shared again", func() bool {
-				return a.metric(t, "llmlanes_llm_shared_up") == "1" && b.metric(t, "llmlanes_llm_shared_up") == "1"
-			})
-			back := time.Since(thawed)
-			t.Logf("%s: lanes shared again %s after Redis answered", mode, back.Round(100*time.Millisecond))
-			if back > 6*time.Second {
-				t.Errorf("lanes shared again %s after Redis answered, want within about 3 s", back)
-			}
-			for range 4 {
-				if e := <-streams; e.o != completed {
-					t.Fatalf("a stream running through the stall ended %q (%v)", e.o, e.err)
-				}
-			}
-			for range 2 {
-				e := <-late
-				if e.err != nil || (e.o != completed && e.o != timedOut && e.o != unavailable) {
-					t.Fatalf("a call sent during the stall: %q (%v)", e.o, e.err)
-				}
-			}
-			if p := gw.Peak(); p > 4 {
-				t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", p)
-			}
+	// Together: each waits out a lease_ttl of quiet time after its Redis starts.
+	together(t, []string{"local", "closed"}, func(t *testing.T, mode string) {
+		r := startRedis(t)
+		gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Second, Tokens: 12, PropagateDisconnect: true})
+		opts := fmt.Sprintf(", lease_ttl: 15s, on_redis_down: %s, local_max_inflight: 1", mode)
+		a, b := startExporter(t, gw.URL, r.URL(), "a", 4, opts), startExporter(t, gw.URL, r.URL(), "b", 4, opts)
+		r.WaitUptime(16 * time.Second) // the quiet time after a start is one lease_ttl
+		type end struct {
+			o   outcome
+			err error
+		}
+		streams := make(chan end, 4)
+		for _, p := range []*exporterProc{a, a, b, b} {
+			go func() { o, err := p.call("interactive", 0); streams <- end{o, err} }()
+		}
+		// All four at the gateway, not only granted in Redis: a call
+		// whose grant was on its way when Redis froze is not one that
+		// runs through the stall.
+		eventually(t, "4 streams at the gateway", func() bool { return gw.Peak() == 4 })
+		r.Freeze()
+		frozen := time.Now()
+		late := make(chan end, 2)
+		time.Sleep(2 * time.Second) // into the stall
+		for _, p := range []*exporterProc{a, b} {
+			go func() { o, err := p.call("interactive", 0); late <- end{o, err} }()
+		}
+		time.Sleep(time.Until(frozen.Add(8 * time.Second)))
+		if a.metric(t, "llmlanes_llm_shared_up") != "0" {
+			t.Fatal("the stall was not noticed") // else this would test nothing of the way back
+		}
+		r.Thaw()
+		thawed := time.Now()
+		// New calls use Redis again soon after it answers: two steps of
+		// grace, and a step to notice (docs/LANES-EXPORTER.md).
+		eventually(t, "shared again", func() bool {
+			return a.metric(t, "llmlanes_llm_shared_up") == "1" && b.metric(t, "llmlanes_llm_shared_up") == "1"
 		})
-	}
+		back := time.Since(thawed)
+		t.Logf("%s: lanes shared again %s after Redis answered", mode, back.Round(100*time.Millisecond))
+		if back > 6*time.Second {
+			t.Errorf("lanes shared again %s after Redis answered, want within about 3 s", back)
+		}
+		for range 4 {
+			if e := <-streams; e.o != completed {
+				t.Fatalf("a stream running through the stall ended %q (%v)", e.o, e.err)
+			}
+		}
+		for range 2 {
+			e := <-late
+			if e.err != nil || (e.o != completed && e.o != timedOut && e.o != unavailable) {
+				t.Fatalf("a call sent during the stall: %q (%v)", e.o, e.err)
+			}
+		}
+		if p := gw.Peak(); p > 4 {
+			t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", p)
+		}
+	})
 }
 
 // A scrape never waits long on Redis: with Redis frozen, /metrics answers
@@ -862,7 +855,28 @@ var processTests = make(chan struct{}, 1)
 // processesAlone waits until no other test runs processes, and holds the
 // turn until t's end (after its processes have stopped: cleanups run last
 // registered first).
+//
+// A test that holds the turn must not run parallel subtests (t.Parallel):
+// they would wait for a slot of -parallel, and every slot may be held by
+// tests waiting here for the turn, a deadlock that depends on the order the
+// tests start in. It runs them with together instead.
 func processesAlone(t *testing.T) {
 	processTests <- struct{}{}
 	t.Cleanup(func() { <-processTests })
+}
+
+// together runs f(t, name) as a subtest of t for each of names, all at
+// once, and returns when all have ended. The subtests are not parallel
+// tests (see processesAlone): they run at once, needing no slot of
+// -parallel.
+func together(t *testing.T, names []string, f func(t *testing.T, name string)) {
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, func(t *testing.T) { f(t, name) })
+		}()
+	}
+	wg.Wait()
 }
