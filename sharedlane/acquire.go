@@ -210,7 +210,13 @@ func (b *Backend) wait(ctx context.Context, r limiter.Request, lk *laneKeys, id 
 func (b *Backend) leave(r limiter.Request, w *waiter, why error) (limiter.Lease, error, bool, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
 	defer cancel()
-	v, err := b.run(ctx, w.lk, "cancel", w.id)
+	// Only a queue timeout reports where the call stood; a caller that gave
+	// up does not ask, and its leave costs Redis O(log n).
+	report := 0
+	if errors.Is(why, limiter.ErrQueueTimeout) {
+		report = 1
+	}
+	v, err := b.run(ctx, w.lk, "cancel", w.id, report)
 	if err != nil {
 		// The place will lapse with its lease; nothing more to do here.
 		if !isScriptError(err) {

@@ -683,7 +683,12 @@ local function sweep()
       if #r > 0 then first = math.min(first, tonumber(r[2])) end
     end
     swept = first
-    if first ~= before then wr('HSET', M, 'sw', first == math.huge and 'n' or first) end
+    -- A lane with no keys left (a read of a lane gone) gets no meta hash
+    -- for its bound: that would make it again, a field alone, and the
+    -- reads that follow would keep it.
+    if first ~= before and (before ~= nil or first ~= math.huge or redis.call('EXISTS', M) == 1) then
+      wr('HSET', M, 'sw', first == math.huge and 'n' or first)
+    end
   end
   -- Whatever freed a slot (a lapsed lease, the end of the quiet time),
   -- the waiters get it now.
@@ -777,45 +782,81 @@ function ops.release()
   return ok and 1 or 0
 end
 
+-- aged counts the waiters of class k that have aged at least j steps at
+-- now (rank's steps): those that arrived at or before now - j steps, or
+-- with no aging step (0 ms), before now. A ZCOUNT: O(log n).
+local function aged(k, j)
+  local upto = now - j * step
+  if step <= 0 then upto = '(' .. now end
+  return redis.call('ZCOUNT', Q[k + 1], '-inf', upto)
+end
+
+-- before counts the waiters of tenant's calls of class c that a waiter
+-- of that class with service vs, arrival at and id is served after
+-- (served): all of them if the tenant's service is less, those that
+-- arrived earlier (or at once, with a smaller id) if it is the same,
+-- none if it is more. O(log n) but for the ties at one arrival.
+local function before(c, tenant, vs, at, id)
+  local k = tq(c, tenant)
+  local tvs = num('v:' .. tenant, 0)
+  if tvs < vs then return redis.call('ZCARD', k) end
+  if tvs > vs then return 0 end
+  local n = redis.call('ZCOUNT', k, '-inf', '(' .. at)
+  for _, o in ipairs(redis.call('ZRANGEBYSCORE', k, at, at)) do
+    if o < id then n = n + 1 end
+  end
+  return n
+end
+
 function ops.cancel()
   local out
-  -- ARGV 8 id: leave the queue. A grant that came first is claimed. A
-  -- waiter that leaves is told where it stood: {'removed', its place in
-  -- the serving order, the waiters then (itself included), and for a
-  -- newcomer of each class the waiters that would be served before it
-  -- once it has gone}, so that a queue timeout reports the lane's global
-  -- figures. It scans the queue, as an in-process lane's timeout does.
+  -- ARGV A+1 id: leave the queue; A+2 '1' to be told where it stood. A
+  -- grant that came first is claimed. A waiter that leaves and asked is
+  -- told {'removed', its place in the serving order, the waiters then
+  -- (itself included), and for a newcomer of each class the waiters that
+  -- would be served before it once it has gone}, so that a queue timeout
+  -- reports the lane's global figures. The figures are counted by tenant
+  -- and by class, not by waiter: O(tenants of its class x log n), so that
+  -- many callers giving up at once cost Redis little (a caller that
+  -- gives up does not ask; its leave is O(log n)).
   local id = ARGV[A + 1]
   local v = redis.call('HGET', QC, id)
-  if v then
-    local c = tonumber(string.sub(v, 1, 1))
+  if v and ARGV[A + 2] ~= '1' then
+    unqueue(id)
+    out = {'removed'}
+  elseif v then
+    local f = fields(v, 8)
+    local c, tenant = tonumber(f[1]), f[4]
+    local at = tonumber(redis.call('ZSCORE', Q[c + 1], id))
+    local vs = num('v:' .. tenant, 0)
+    local me = {id = id, c = c, at = at}
     -- Its place: classes in the order of their oldest waiters (cap or
-    -- not), within its class by service, then arrival (package limiter's
-    -- queue.position).
-    local vs = function(w)
-      return num('v:' .. fields(redis.call('HGET', QC, w), 8)[4], 0)
-    end
-    local me = {id = id, c = c, at = tonumber(redis.call('ZSCORE', Q[c + 1], id)), vs = vs(id)}
-    local reps = {}
-    for k = 0, 2 do reps[k] = oldestIn(k, true) end
-    local pos, n, by = 1, 0, {0, 0, 0}
+    -- not), all of a class served first counted; within its class by
+    -- service, then arrival (package limiter's queue.position).
+    local pos, n = 1, 0
+    local mine = oldestIn(c, true)
     for k = 0, 2 do
-      local r = redis.call('ZRANGE', Q[k + 1], 0, -1, 'WITHSCORES')
-      for i = 1, #r, 2 do
-        n = n + 1
-        if r[i] ~= id then
-          local o = {id = r[i], c = k, at = tonumber(r[i + 1])}
-          if k == c then
-            o.vs = vs(r[i])
-            if served(o, me) then pos = pos + 1 end
-          elseif classFirst(reps[k], reps[c]) then
-            pos = pos + 1
-          end
-          local ro = rank(o)
-          by[ro + 1] = by[ro + 1] + 1
-        end
-      end
+      local nk = redis.call('ZCARD', Q[k + 1])
+      n = n + nk
+      if k ~= c and nk > 0 and classFirst(oldestIn(k, true), mine) then pos = pos + nk end
     end
+    for _, t in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
+      pos = pos + before(c, t, vs, at, id)
+    end
+    -- The others by effective class (rank): a class k waiter that has
+    -- aged j steps ranks k - j, at most interactive.
+    local by = {0, 0, 0}
+    for k = 0, 2 do
+      local prev = redis.call('ZCARD', Q[k + 1])
+      for j = 1, k do
+        local a = aged(k, j)
+        by[k - j + 2] = by[k - j + 2] + prev - a
+        prev = a
+      end
+      by[1] = by[1] + prev
+    end
+    local r = rank(me) + 1
+    by[r] = by[r] - 1
     unqueue(id)
     out = {'removed', pos, n, by[1], by[1] + by[2], by[1] + by[2] + by[3]}
   else

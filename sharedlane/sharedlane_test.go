@@ -337,9 +337,13 @@ func TestCutOffHolderStopsFirst(t *testing.T) {
 	r := startRedis(t)
 	proxy := redistest.NewProxy(t, r.Addr())
 	cfg := limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}
+	// A lease of 5 s: the holder gives its slot up a fifth of a lease
+	// before Redis frees it, and a fifth of the tests' usual 1 s was less
+	// than a loaded machine can delay a goroutine by.
+	lease5 := func(c *Config) { c.LeaseTTL = 5 * time.Second }
 	closed := func(c *Config) { c.OnRedisDown = OnDownClosed }
-	a := newProcess(t, "redis://"+proxy.Addr(), "a", cfg, closed)
-	b := newProcess(t, r.URL(), "b", cfg)
+	a := newProcess(t, "redis://"+proxy.Addr(), "a", cfg, closed, lease5)
+	b := newProcess(t, r.URL(), "b", cfg, lease5)
 	held := a.start(context.Background(), limiter.Default).wait(t)
 	if held.err != nil {
 		t.Fatal(held.err)
@@ -357,7 +361,7 @@ func TestCutOffHolderStopsFirst(t *testing.T) {
 	}
 	select {
 	case <-held.slot.Lost():
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		t.Fatal("the cut-off holder never lost its slot")
 	}
 	lostAt := time.Now().UnixMilli()
@@ -574,6 +578,16 @@ func TestReadsKeepNoLaneAlive(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("read every 100 ms, the lane still has %v in Redis after four lease TTLs", r.Keys())
+		}
+	}
+	// Once its keys are gone, a read makes none again (a read that did
+	// made a meta hash of one field, which the next reads kept alive).
+	for range 3 {
+		if l := p.b.Lanes(context.Background(), []string{lane})[lane]; l.State != limiter.BackendOK || l.Inflight != 0 {
+			t.Fatalf("a read of the lane gone: %+v", l)
+		}
+		if k := r.Keys(); len(k) > 0 {
+			t.Fatalf("a read of a lane whose keys were gone made %v", k)
 		}
 	}
 }

@@ -48,9 +48,14 @@ func (r *runner) events(out *strings.Builder) {
 // why names the error a wait ended with, in the terms of the contract.
 func why(err error) string {
 	var tb *limiter.TokenBudgetError
+	var qt *limiter.QueueTimeoutError
 	switch {
 	case errors.As(err, &tb):
 		return fmt.Sprintf("refused: too large for the %s budget (%d tokens, at most %d)", tb.Budget, tb.Tokens, tb.Limit)
+	case errors.As(err, &qt):
+		// Where it stood in the serving order as it left, which an engine
+		// counts apart from the order it serves in.
+		return fmt.Sprintf("timed out at place %d of %d", qt.Position, qt.Queued)
 	case errors.Is(err, limiter.ErrQueueTimeout):
 		return "timed out"
 	case errors.Is(err, context.Canceled):
