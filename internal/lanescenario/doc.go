@@ -19,8 +19,8 @@
 //	snapshot
 //	only local why="..."       (the rest of the file is this engine's alone)
 //
-// Every command but only prints what happened (granted, timed out,
-// canceled, refused), then the lane: who holds its slots, who waits in what
+// Every command but only prints what happened (granted, timed out with
+// the place the engine reports, canceled, refused), then the lane: who holds its slots, who waits in what
 // order (classes in the order of their oldest waiters, each class's
 // waiters by their tenant's service, then arrival), what the first in line
 // waits for, the tenants' weighted service, the token budget and the
