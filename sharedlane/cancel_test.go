@@ -1,7 +1,6 @@
 package sharedlane
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/tools/logbuf"
 	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 )
@@ -98,7 +98,7 @@ func TestCancelCostDoesNotGrowWithTheQueue(t *testing.T) {
 func TestMassCancel(t *testing.T) {
 	t.Parallel()
 	r := startRedis(t)
-	var log syncBuffer
+	var log logbuf.Buffer
 	// A lease of 5 s: 3,000 goroutines under the race detector can hold
 	// up the renewal of the one slot held for longer than the tests' usual
 	// 1 s, and a lapsed lease hands the slot on.
@@ -153,22 +153,4 @@ func TestMassCancel(t *testing.T) {
 	if qx != "" && qx != "0" {
 		t.Fatalf("%s places left in Redis after every caller gave up", qx)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that goroutines may write at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
