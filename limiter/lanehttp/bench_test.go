@@ -1,6 +1,7 @@
 package lanehttp_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -111,6 +112,37 @@ func BenchmarkEstimate(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				_ = lanehttp.EstimateTokens(body, 1024)
+			}
+		})
+	}
+}
+
+// BenchmarkRoute measures what admission reads of a body, finding its
+// model (ModelOf) and estimating its tokens (EstimateTokens), for a 1 MiB
+// body whose top-level keys are plain and for one of the same size whose
+// keys are written with escapes ("\u0061"): a client chooses its body, and
+// the escapes must not cost it more than about twice the plain one.
+func BenchmarkRoute(b *testing.B) {
+	const size = 1 << 20
+	for _, kind := range []string{"plain-keys", "escaped-keys"} {
+		var body bytes.Buffer
+		body.WriteString(`{"model":"protolabs/smart"`)
+		for i := 0; body.Len() < size; i++ {
+			if kind == "plain-keys" {
+				fmt.Fprintf(&body, `,"key%06d":1`, i)
+			} else {
+				fmt.Fprintf(&body, `,"\u006b%06d":1`, i)
+			}
+		}
+		body.WriteString(`}`)
+		b.Run(kind, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(body.Len()))
+			for b.Loop() {
+				if _, err := lanehttp.ModelOf(body.Bytes()); err != nil {
+					b.Fatal(err)
+				}
+				_ = lanehttp.EstimateTokens(body.Bytes(), 1024)
 			}
 		})
 	}

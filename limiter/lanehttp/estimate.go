@@ -57,28 +57,28 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 		return e
 	}
 	var maxCompletion, maxTokens, maxOutput, n int64 = -1, -1, -1, 1
+	var buf keyBuf
 	for i = skipSpace(body, i+1); i < len(body) && body[i] != '}'; {
 		k := i
 		i = skipString(body, i)
-		key := body[k:i]
+		key := keyName(body[k:i], &buf) // decoded once, whatever its escapes
 		i = skipSpace(body, i)
 		i = skipSpace(body, i+1) // the colon
 		v := i
-		switch {
-		case isKey(key, "max_completion_tokens"):
+		switch string(key) {
+		case "max_completion_tokens":
 			i = skipValue(body, i)
 			maxCompletion = intValue(body[v:i])
-		case isKey(key, "max_tokens"):
+		case "max_tokens":
 			i = skipValue(body, i)
 			maxTokens = intValue(body[v:i])
-		case isKey(key, "max_output_tokens"):
+		case "max_output_tokens":
 			i = skipValue(body, i)
 			maxOutput = intValue(body[v:i])
-		case isKey(key, "n"):
+		case "n":
 			i = skipValue(body, i)
 			n = min(max(intValue(body[v:i]), 1), 128)
-		case isKey(key, "model"), isKey(key, "stream"), isKey(key, "stream_options"), isKey(key, "user"),
-			isKey(key, "metadata"), isKey(key, "response_format"), isKey(key, "tool_choice"), isKey(key, "reasoning_effort"):
+		case "model", "stream", "stream_options", "user", "metadata", "response_format", "tool_choice", "reasoning_effort":
 			i = skipValue(body, i) // settings, not prompt
 		default:
 			var t int64

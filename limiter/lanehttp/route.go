@@ -146,13 +146,74 @@ func ModelOf(body []byte) (string, error) {
 	return m, nil
 }
 
-// isKey reports whether the JSON string key (quotes included) is name.
+// isKey reports whether the JSON string key (quotes included) is name, a
+// short ASCII name.
 func isKey(key []byte, name string) bool {
-	if bytes.IndexByte(key, '\\') < 0 {
-		return string(key[1:len(key)-1]) == name
+	var buf keyBuf
+	return string(keyName(key, &buf)) == name
+}
+
+// keyBuf holds a key that keyName decoded: the names the package looks
+// for are all shorter.
+type keyBuf [32]byte
+
+// keyName returns the JSON string key (quotes included) as text, for
+// comparing with the short ASCII names the package looks for: the key
+// itself when it has no escape, else its escapes decoded into buf, once,
+// with no allocation (a client that writes every key with escapes costs
+// no more than one that does not). A key that decodes to anything longer
+// than buf, or beyond ASCII, cannot be one of those names: it is nil.
+func keyName(key []byte, buf *keyBuf) []byte {
+	s := key[1 : len(key)-1]
+	if bytes.IndexByte(s, '\\') < 0 {
+		return s
 	}
-	var k string
-	return json.Unmarshal(key, &k) == nil && k == name
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\\' {
+			i++
+			switch s[i] {
+			case 'b':
+				c = '\b'
+			case 'f':
+				c = '\f'
+			case 'n':
+				c = '\n'
+			case 'r':
+				c = '\r'
+			case 't':
+				c = '\t'
+			case 'u':
+				r := 0
+				for _, h := range s[i+1 : i+5] { // valid JSON: four hex digits
+					r <<= 4
+					switch {
+					case h >= '0' && h <= '9':
+						r |= int(h - '0')
+					case h >= 'a' && h <= 'f':
+						r |= int(h-'a') + 10
+					default:
+						r |= int(h-'A') + 10
+					}
+				}
+				if r >= utf8.RuneSelf {
+					return nil
+				}
+				c, i = byte(r), i+4
+			default: // " \ /
+				c = s[i]
+			}
+		} else if c >= utf8.RuneSelf {
+			return nil
+		}
+		if n == len(buf) {
+			return nil
+		}
+		buf[n] = c
+		n++
+	}
+	return buf[:n]
 }
 
 // The skip functions walk JSON already known to be valid.

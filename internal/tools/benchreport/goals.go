@@ -38,6 +38,11 @@ const intro = `## What is measured
 - **lanehttp, Estimate**: the token estimate of a chat completion whose user message is 1,
   4 and 16 KiB of English text (` + "`lanehttp.EstimateTokens`" + `, made at admission for every
   model call): per KiB of prompt, as MB/s.
+- **lanehttp, Route**: what admission reads of a body: its model (` + "`lanehttp.ModelOf`" + `,
+  which also checks it is JSON) and its token estimate, for a 1 MiB body of top-level
+  keys (75,000 and 55,000), written plainly (` + "`\"key000001\"`" + `) and with escapes
+  (` + "`\"\\u006b000001\"`" + `): a client chooses its body, and its escapes must not make
+  admission costly (each key is decoded once, into a fixed buffer).
 - **limiter, AcquireRelease/uncontended/llmlanes-budget**: the uncontended acquire and
   release with a ` + "`tokens_per_minute`" + ` budget that never runs out, each call estimated at
   1,000 tokens and settled at 800: the budget's look, charge and settlement.
@@ -231,6 +236,8 @@ var goals = []goal{
 	logGoal("grant, 100,000 waiters of 10 → 1,000 tenants: no worse than logarithmic in the tenants (x2 allowance)",
 		"BenchmarkGrantTenants/tenants", 10, 1000, "", 2),
 	absGoal("token estimate of a 4 KiB prompt: under 10 µs, 0 allocs", "BenchmarkEstimate/prompt-4KiB", 10000, 0),
+	ratioGoal("model and token estimate of a 1 MiB body whose keys are written with escapes: within 2x of one with plain keys, one allocation (the model's name)",
+		"BenchmarkRoute/escaped-keys", "BenchmarkRoute/plain-keys", 2, 1),
 	ratioGoal("limiter uncontended with a tokens_per_minute budget, each call estimated and settled: cost beside no budget (reported; a budget reads the clock for every grant)",
 		"BenchmarkAcquireRelease/uncontended/llmlanes-budget", "BenchmarkAcquireRelease/uncontended/llmlanes", 1e9, 0),
 	ratioGoal("shared lane (Redis): uncontended acquire and release within 1.5x of two PINGs (its two round trips)",
