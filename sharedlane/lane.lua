@@ -833,12 +833,12 @@ function ops.cancel()
     -- Its place: classes in the order of their oldest waiters (cap or
     -- not), all of a class served first counted; within its class by
     -- service, then arrival (package limiter's queue.position).
-    local pos, n = 1, 0
+    local pos, n, size = 1, 0, {}
     local mine = oldestIn(c, true)
     for k = 0, 2 do
-      local nk = redis.call('ZCARD', Q[k + 1])
-      n = n + nk
-      if k ~= c and nk > 0 and classFirst(oldestIn(k, true), mine) then pos = pos + nk end
+      size[k] = redis.call('ZCARD', Q[k + 1])
+      n = n + size[k]
+      if k ~= c and size[k] > 0 and classFirst(oldestIn(k, true), mine) then pos = pos + size[k] end
     end
     for _, t in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
       pos = pos + before(c, t, vs, at, id)
@@ -847,7 +847,7 @@ function ops.cancel()
     -- aged j steps ranks k - j, at most interactive.
     local by = {0, 0, 0}
     for k = 0, 2 do
-      local prev = redis.call('ZCARD', Q[k + 1])
+      local prev = size[k]
       for j = 1, k do
         local a = aged(k, j)
         by[k - j + 2] = by[k - j + 2] + prev - a

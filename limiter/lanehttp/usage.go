@@ -124,24 +124,25 @@ func (u *usageScan) read(obj []byte) {
 		return
 	}
 	i := skipSpace(obj, 1)
+	var buf keyBuf
 	for i < len(obj) && obj[i] != '}' {
 		if obj[i] != '"' {
 			return
 		}
 		k := i
 		i = skipString(obj, i)
-		key := obj[k:i]
+		key := keyName(obj[k:i], &buf)
 		i = skipSpace(obj, i)
 		i = skipSpace(obj, i+1)
 		v := i
 		i = skipValue(obj, i)
-		n := intValue(obj[v:i])
-		switch {
-		case n < 0:
-		case isKey(key, "prompt_tokens"), isKey(key, "input_tokens"):
-			u.prompt = max(u.prompt, n)
-		case isKey(key, "completion_tokens"), isKey(key, "output_tokens"):
-			u.completion = max(u.completion, n)
+		if n := intValue(obj[v:i]); n >= 0 {
+			switch string(key) {
+			case "prompt_tokens", "input_tokens":
+				u.prompt = max(u.prompt, n)
+			case "completion_tokens", "output_tokens":
+				u.completion = max(u.completion, n)
+			}
 		}
 		i = skipSpace(obj, i)
 		if i < len(obj) && obj[i] == ',' {
