@@ -122,8 +122,9 @@ func TestProviderWindowValidated(t *testing.T) {
 
 // A tenant whose calls used far more than their estimates has its next
 // estimates raised by its own ratio (at most the lane's smallest budget);
-// a tenant whose calls kept within their estimates, or with none settled,
-// is estimated as it says. The raise fades
+// a tenant whose calls kept within their estimates is estimated as it
+// says; a newcomer by the newcomers' record, which their first calls
+// teach. The raise fades
 // with a half-life of a minute. On the fake clock.
 func TestCalibration(t *testing.T) {
 	h := newHarness(t, budgetCfg(8, 60_000, 0))
@@ -160,11 +161,18 @@ func TestCalibration(t *testing.T) {
 	if n := inflight("h1", as("honest", 100)); n != 100 {
 		t.Fatalf("the honest tenant's call is estimated at %d, want its own 100", n)
 	}
-	if n := inflight("n1", as("new", 100)); n != 100 {
-		t.Fatalf("a new tenant's call is estimated at %d, want its own 100", n)
+	// A newcomer is estimated by the newcomers' record, which the liar's
+	// first call taught: 100 × about 2,478, at most the budget, which
+	// waits for a whole bucket (a second's refill).
+	h.clock.Advance(time.Second)
+	if n := inflight("n1", as("new", 100)); n != 60_000 {
+		t.Fatalf("a new tenant's call is estimated at %d, want the budget, 60,000", n)
 	}
 	h.clock.Advance(30 * time.Minute)
 	if n := inflight("l2", as("liar", 10)); n != 11 {
 		t.Fatalf("after 30 min the liar's call is estimated at %d, want about its own 10", n)
+	}
+	if n := inflight("n2", as("newer", 100)); n != 101 {
+		t.Fatalf("after 30 min a new tenant's call is estimated at %d, want about its own 100", n)
 	}
 }

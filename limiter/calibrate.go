@@ -16,10 +16,12 @@ import (
 //   - After each settlement the tenant's ratio is the largest of its calls'
 //     use over their estimate (as the caller's body gave it, before any
 //     raise), fading back to 1 with a half-life of overHalfLife.
-//   - A call's estimate is multiplied by its tenant's ratio. A tenant none of
-//     whose calls has settled is estimated as it says: a caller that changes
-//     its name per call is not caught by this (an honest newcomer would pay
-//     for it), and is left to a rule of its own.
+//   - A call's estimate is multiplied by its tenant's ratio. A newcomer (a
+//     tenant not yet granted a call) has no record of its own, so it is
+//     estimated by the newcomers' record, kept the same way from the calls
+//     that were their tenant's first: a caller that changes its name per
+//     call is caught as one that keeps it, and honest newcomers pay only
+//     while some newcomer has lately lied.
 //   - A raised estimate is at most the lane's smallest budget: a raise never
 //     makes a call too large to be granted; it makes it wait for a whole
 //     budget at most. A lane with no budget and no provider limit raises
@@ -62,14 +64,19 @@ func (o *over) note(r float64, now int64) {
 //go:noinline
 func (l *lane) calibrateLocked(cfg *Config, t *tenant, cost int64) int64 {
 	tk := l.tok
-	if cost <= 0 || tk == nil || t.over.r <= 1 {
+	fresh := &l.tenants.fresh
+	if cost <= 0 || tk == nil || t.over.r <= 1 && (t.joined || fresh.r <= 1) {
 		return cost // none of the tenant's calls has run past its estimate
 	}
 	ceiling := l.smallestBudgetLocked(cfg)
 	if ceiling == 0 || cost >= ceiling {
 		return cost
 	}
-	f := t.over.now(l.nowNS())
+	now := l.nowNS()
+	f := t.over.now(now)
+	if !t.joined {
+		f = max(f, fresh.now(now))
+	}
 	if f <= 1 {
 		return cost
 	}
@@ -93,11 +100,16 @@ func (l *lane) smallestBudgetLocked(cfg *Config) int64 {
 	return ceiling
 }
 
-// learnLocked notes that tenant t's call estimated at base tokens (before
-// any raise) used used.
-func (l *lane) learnLocked(t *tenant, base, used int64) {
-	if base <= 0 || l.tok == nil {
+// learnLocked notes that h's call, estimated at base tokens (before any
+// raise), used used: in its tenant's record, and if it was the tenant's
+// first grant, in the newcomers'.
+func (l *lane) learnLocked(h *hold, used int64) {
+	if h.base <= 0 || l.tok == nil {
 		return
 	}
-	t.over.note(float64(used)/float64(base), l.nowNS())
+	r, now := float64(used)/float64(h.base), l.nowNS()
+	h.t.over.note(r, now)
+	if h.fresh {
+		l.tenants.fresh.note(r, now)
+	}
 }

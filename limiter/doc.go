@@ -63,9 +63,20 @@
 // worst spread it sees; TestFairnessLateTenant, that a late tenant gets
 // its share from its first call and no catch-up burst).
 //
+// Newcomers: a tenant not yet granted a call is lifted to at least the
+// lane's newcomers' mark, which it moves on by what its grant will be
+// charged, and which its first call's release settles as its service: the
+// newcomers are served as one tenant, so a caller that makes up a name
+// per call gets one share, not one per name. Tenants that start waiting
+// together as newcomers are staggered by one charge each, which adds, for
+// them, one charge per newcomer before them to the bound above.
+//
 // Fairness.MaxInflightPerTenant caps the slots one tenant holds at once;
 // Fairness.MaxTenants bounds the tenants a lane tracks by name, beyond
-// which calls share OtherTenant. A lane measures slot-time (reads the
+// which calls share OtherTenant. A tenant with nothing queued or in
+// flight that had no call granted or ended for TenantIdle is forgotten
+// (looked for at a newcomer's call, at most once a minute), so the bound
+// counts the tenants active at once. A lane measures slot-time (reads the
 // clock at grant and release) only once a call has named a tenant.
 //
 // # Token budgets

@@ -103,6 +103,9 @@ type hold struct {
 	// base is the call's estimate as its caller gave it, before
 	// calibrateLocked raised it.
 	base int64
+	// fresh is set when the grant was its tenant's first: its use teaches
+	// the newcomers' record (see calibrateLocked).
+	fresh bool
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
@@ -196,8 +199,10 @@ func (l *lane) dispatchLocked(now time.Time) {
 	if l.q.n > 0 {
 		l.touchLocked(now)
 	}
-	// skipped are the tenants set aside for this dispatch (see below).
+	// skipped are the tenants set aside for this dispatch (see below);
+	// newcomersOut is set once a newcomer's raised call was.
 	var skipped []*tenant
+	newcomersOut := false
 	defer func() {
 		for _, t := range skipped {
 			l.q.unpark(t)
@@ -210,6 +215,15 @@ func (l *lane) dispatchLocked(now time.Time) {
 			return
 		}
 		if l.tok != nil && l.tok.binds(cfg) {
+			if newcomersOut && !w.t.joined && !w.t.parked {
+				// The newcomers' calls are one line for the budgets:
+				// behind a raised one that does not fit, a later one
+				// raised less (the record fades) waits too, as a
+				// tenant's later calls wait behind its first.
+				l.q.park(w.t)
+				skipped = append(skipped, w.t)
+				continue
+			}
 			// A waiter the budgets have no room for yet holds the line:
 			// the order stays the lane's, and a large call is not passed
 			// by small ones for ever.
@@ -225,6 +239,7 @@ func (l *lane) dispatchLocked(now time.Time) {
 					// wait for the room its own lies need.
 					l.q.park(w.t)
 					skipped = append(skipped, w.t)
+					newcomersOut = newcomersOut || !w.t.joined
 					continue
 				}
 				return
@@ -283,7 +298,7 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 		l.mixed = true
 	}
 	if len(w.t.q[w.prio.Index()].classQueue) == 0 {
-		l.liftLocked(w.t, w.prio.Index())
+		l.liftLocked(l.lim.cfg.Load(), w.t, w.prio.Index(), w.cost)
 	}
 	l.q.push(w)
 	if l.timer == nil || w.deadline.Before(l.timerAt) {

@@ -69,6 +69,7 @@ type mHeld struct {
 	timed  bool    // charged to the tenant's service at at (ns since t0)
 	at     int64   // with charge
 	charge float64 // what the grant was charged
+	fresh  bool    // its tenant's first grant: its settlement moves the mark
 	prio   limiter.Priority
 	slot   *limiter.Slot
 	onLane bool // false for the zero slot of a limiter that was off
@@ -95,6 +96,13 @@ type mLane struct {
 	measured bool
 	last     string
 	est      float64
+	// mark: the newcomers' service, which a tenant not yet granted a call
+	// is lifted to at least, and moves on by its charge. swept, pruned:
+	// when the lane last looked for idle tenants to forget (at a
+	// newcomer's call, at most once a minute).
+	mark   float64
+	swept  bool
+	pruned time.Time
 }
 
 // mTenant is a tenant's share in the model, computed as package limiter's
@@ -105,6 +113,8 @@ type mTenant struct {
 	hasEst          bool    // est is its own: one of its calls has ended
 	pending         float64 // what its calls in flight were charged
 	inflight        int
+	joined          bool      // granted a call: no longer a newcomer
+	seen            time.Time // its last grant or release, while the lane measures
 }
 
 type model struct {
@@ -166,7 +176,7 @@ func (m *model) now() time.Time { return m.h.clock.Now() }
 
 func (m *model) lane(k string) *mLane {
 	if m.lanes[k] == nil {
-		m.lanes[k] = &mLane{tenants: map[string]*mTenant{"default": {}}, est: 1}
+		m.lanes[k] = &mLane{tenants: map[string]*mTenant{"default": {joined: true}}, est: 1}
 	}
 	return m.lanes[k]
 }
@@ -177,6 +187,10 @@ func (m *model) tenant(k, name string) string {
 	if name == "" {
 		name = "default"
 	}
+	if t := ln.tenants[name]; t != nil && t.joined {
+		return name
+	}
+	m.forget(ln, name)
 	if ln.tenants[name] != nil {
 		return name
 	}
@@ -191,6 +205,30 @@ func (m *model) tenant(k, name string) string {
 	ln.named++
 	ln.tenants[name] = &mTenant{}
 	return name
+}
+
+// forget drops lane ln's idle tenants but keep, at most once a minute: those
+// with nothing queued or in flight, never granted a call or none granted
+// or ended for limiter.TenantIdle.
+func (m *model) forget(ln *mLane, keep string) {
+	now := m.now()
+	if ln.swept && now.Sub(ln.pruned) < time.Minute {
+		return
+	}
+	ln.swept, ln.pruned = true, now
+	for name, t := range ln.tenants {
+		if name == "default" || name == keep || t.inflight > 0 || t.joined && now.Sub(t.seen) < limiter.TenantIdle ||
+			slices.ContainsFunc(m.waiters, func(w *mWaiter) bool { return w.tenant == name && m.lanes[w.lane] == ln }) {
+			continue
+		}
+		delete(ln.tenants, name)
+		if name != "other" {
+			ln.named--
+		}
+		if ln.last == name {
+			ln.last = ""
+		}
+	}
 }
 
 func (m *model) fairness() limiter.Fairness {
@@ -220,9 +258,11 @@ func (m *model) hasWaiters(k, tenant string, p limiter.Priority) bool {
 // lift raises the service of tenant name, which starts waiting in class p
 // of lane k, to the settled service (less what its calls in flight were
 // charged) of the tenant served next in that class among those waiting
-// there and not at their cap, or with none, of the tenant granted last.
+// there and not at their cap, or with none, of the tenant granted last;
+// a newcomer to at least the lane's mark, which it moves on by its charge.
 func (m *model) lift(k, name string, p limiter.Priority) {
 	ln := m.lane(k)
+	t := ln.tenants[name]
 	var first *mWaiter
 	for _, w := range m.waiters {
 		if w.lane == k && w.prio == p && !m.capped(k, w.tenant) && (first == nil || m.headFirst(w, first)) {
@@ -230,15 +270,24 @@ func (m *model) lift(k, name string, p limiter.Priority) {
 		}
 	}
 	var floor float64
+	ok := true
 	switch {
 	case first != nil:
 		floor = ln.tenants[first.tenant].vs - ln.tenants[first.tenant].pending
 	case ln.last != "":
 		floor = ln.tenants[ln.last].vs - ln.tenants[ln.last].pending
 	default:
-		return
+		ok = false
 	}
-	ln.tenants[name].vs = max(ln.tenants[name].vs, floor)
+	if !t.joined {
+		floor, ok = max(floor, ln.mark), true
+	}
+	if ok {
+		t.vs = max(t.vs, floor)
+	}
+	if !t.joined {
+		ln.mark = t.vs + estOf(ln, t)/m.weight(name)
+	}
 }
 
 // headFirst orders two waiters of one class: by their tenants' service,
@@ -262,8 +311,11 @@ func (m *model) grant(k string, hd *mHeld) {
 	}
 	t := ln.tenants[hd.tenant]
 	t.inflight++
+	hd.fresh = !t.joined
+	t.joined = true
 	ln.last = hd.tenant
 	if ln.measured {
+		t.seen = m.now()
 		hd.timed, hd.at = true, int64(m.now().Sub(t0))
 		hd.charge = estOf(ln, t) / m.weight(hd.tenant)
 		t.vs += hd.charge
@@ -282,9 +334,13 @@ func (m *model) settleRelease(hd *mHeld) {
 	t := ln.tenants[hd.tenant]
 	t.inflight--
 	if hd.timed {
+		t.seen = m.now()
 		d := float64(int64(m.now().Sub(t0))-hd.at) / 1e9
 		t.vs += d/m.weight(hd.tenant) - hd.charge
 		t.pending -= hd.charge
+		if hd.fresh {
+			ln.mark += d/m.weight(hd.tenant) - hd.charge
+		}
 		t.served += d
 		e := estOf(ln, t)
 		t.est, t.hasEst = e+(d-e)/4, true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 )
 
 // Tenant names the lane keeps for itself.
@@ -90,12 +91,19 @@ type tenant struct {
 	// over is how far its calls' use has lately run past their estimates
 	// (see calibrateLocked).
 	over over
+	// joined is set at its first grant (DefaultTenant's from the start):
+	// until then it is a newcomer, lifted to at least the lane's mark and
+	// estimated with the newcomers' record (see liftLocked, calibrateLocked).
+	joined bool
+	// seen is its last grant or release, in ns since the limiter's origin:
+	// idle since then, it is forgotten (see forgetLocked).
+	seen int64
 }
 
 func newTenant(name string) *tenant {
 	t := &tenant{name: name, label: name}
 	if name == DefaultTenant {
-		t.label = ""
+		t.label, t.joined = "", true
 	}
 	for i := range t.q {
 		t.q[i] = fifo{t: t, class: int8(i)}
@@ -124,16 +132,32 @@ type tenants struct {
 	// call, charged to a call that carries no estimate.
 	tokens  bool
 	perCall float64
+	// mark is the newcomers' own service: a tenant that starts waiting
+	// before its first grant is lifted to at least it, and moves it on by
+	// what that grant will be charged (see liftLocked). fresh is the
+	// newcomers' record of under-estimates (see calibrateLocked).
+	mark  float64
+	fresh over
+	// pruned is when the lane last looked for idle tenants (swept: it
+	// has), in ns since the limiter's origin (see forgetLocked).
+	pruned int64
+	swept  bool
 }
 
 // tenantLocked returns the tenant called name, made if need be; past
-// cfg's bound of tenants, OtherTenant.
+// cfg's bound of tenants, OtherTenant. A call of a newcomer (a tenant not
+// yet granted one) first forgets the tenants gone idle (forgetLocked).
 func (l *lane) tenantLocked(cfg *Config, name string) *tenant {
 	ts := &l.tenants
 	if name == "" || name == DefaultTenant {
 		return ts.deflt
 	}
-	if t, ok := ts.byName[name]; ok {
+	t, ok := ts.byName[name]
+	if ok && t.joined {
+		return t
+	}
+	l.forgetLocked(t)
+	if ok {
 		return t
 	}
 	ts.measured = true
@@ -151,9 +175,52 @@ func (l *lane) tenantLocked(cfg *Config, name string) *tenant {
 		}
 		return ts.other
 	}
-	t := newTenant(name)
+	t = newTenant(name)
 	ts.byName[name] = t
 	return t
+}
+
+// Idle tenants are forgotten, so that a caller that changes its name per
+// call cannot fill a lane's table (Fairness.MaxTenants: OtherTenant is
+// for the tenants past it that are active at once) nor keep its
+// bookkeeping growing. A tenant is idle when it has nothing queued and
+// nothing in flight, and either was never granted a call or had none
+// granted or ended for TenantIdle. Forgetting loses nothing a returning
+// tenant would be owed: it comes back as a newcomer, lifted as every
+// tenant that starts waiting is, and its record of under-estimates has
+// faded by then (overHalfLife).
+const (
+	// TenantIdle is how long a tenant stays known after its last grant
+	// or release.
+	TenantIdle = 5 * time.Minute
+	// tenantSweepEvery bounds how often a lane looks for idle tenants: at
+	// a newcomer's call, at most once a minute, so that a rotating name
+	// costs O(tenants) once a minute, not per call.
+	tenantSweepEvery = time.Minute
+)
+
+// forgetLocked forgets the tenants gone idle, keep aside, at most once
+// per tenantSweepEvery. Both engines sweep at the same calls (a
+// newcomer's) and by the same rule, so that they know the same tenants.
+func (l *lane) forgetLocked(keep *tenant) {
+	ts := &l.tenants
+	now := l.nowNS()
+	if ts.swept && now-ts.pruned < int64(tenantSweepEvery) {
+		return
+	}
+	ts.swept, ts.pruned = true, now
+	for name, t := range ts.byName {
+		if t == keep || t.queued > 0 || t.inflight > 0 || t.joined && now-t.seen < int64(TenantIdle) {
+			continue
+		}
+		delete(ts.byName, name)
+		if t == ts.other {
+			ts.other = nil
+		}
+		if t == ts.last {
+			ts.last = nil
+		}
+	}
 }
 
 // estOf returns what a grant to t is charged, in seconds of slot-time: the
@@ -185,48 +252,68 @@ func (f *Fairness) Weight(tenant string) float64 {
 func (l *lane) nowNS() int64 { return int64(l.lim.clock.Now().Sub(l.lim.origin)) }
 
 // liftLocked raises the service of t, which starts waiting in class index
-// c, to the settled service of the tenant served next in that class (the
-// least there; with none waiting in it, the tenant granted last), so that
-// a tenant that was idle banks no credit to spend in a burst later: it is
-// served as if it had been backlogged all along, from its first call
-// (start-time fair queuing's virtual time; VTC's lift). Settled service
-// leaves out what the others' calls in flight were charged ahead: an
-// estimate that may exceed what they turn out to hold, and they are being
-// served while t waits.
-func (l *lane) liftLocked(t *tenant, c int) {
+// c with a call estimated at cost tokens, to the settled service of the
+// tenant served next in that class (the least there; with none waiting in
+// it, the tenant granted last), so that a tenant that was idle banks no
+// credit to spend in a burst later: it is served as if it had been
+// backlogged all along, from its first call (start-time fair queuing's
+// virtual time; VTC's lift). Settled service leaves out what the others'
+// calls in flight were charged ahead: an estimate that may exceed what
+// they turn out to hold, and they are being served while t waits.
+//
+// A newcomer (not yet granted a call) is lifted to at least the lane's
+// mark, and moves the mark on by what its grant will be charged: the
+// newcomers are served as one more tenant would be. Without it a caller
+// that names a new tenant for every call would have each call lifted to
+// the least service, level with the tenant served next, and take a
+// share per name (docs/DESIGN.md, "Tenants and fair shares").
+func (l *lane) liftLocked(cfg *Config, t *tenant, c int, cost int64) {
+	ts := &l.tenants
 	floor, ok := l.q.settledIn(c)
-	if !ok {
-		if l.tenants.last == nil {
-			return
-		}
-		floor = l.tenants.last.vs - l.tenants.last.pending
+	if !ok && ts.last != nil {
+		floor, ok = ts.last.vs-ts.last.pending, true
 	}
-	if t.vs < floor {
+	if !t.joined {
+		floor, ok = max(floor, ts.mark), true
+	}
+	if ok && t.vs < floor {
 		t.vs = floor
 		l.q.serviceChanged(t) // its heads, if parked with waiters, are out
 	}
+	if !t.joined {
+		ts.mark = t.vs + l.chargeOf(cfg, t, cost)
+	}
+}
+
+// chargeOf returns what a grant to t of a call estimated at cost tokens
+// (0: none) is charged, in the lane's unit of service, per its weight.
+func (l *lane) chargeOf(cfg *Config, t *tenant, cost int64) float64 {
+	c := l.tenants.estOf(t)
+	if l.tenants.tokens {
+		c = l.tenants.perCall
+		if cost > 0 {
+			c = float64(cost)
+		}
+	}
+	return c / cfg.weight(t)
 }
 
 // chargeLocked counts a grant to t, held by h, of a call estimated at cost
 // tokens (0: none), at now (ns since the origin; read only if the lane
 // measures service).
 func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold, cost int64) {
-	h.t = t
+	h.t, h.fresh = t, !t.joined
 	t.inflight++
+	t.joined = true
 	l.tenants.last = t
 	if l.tenants.measured {
 		if cost > 0 && !l.tenants.tokens {
 			l.inTokensLocked(cost)
 		}
 		h.timed, h.at = true, l.nowNS()
-		c := l.tenants.estOf(t)
-		if h.inTokens = l.tenants.tokens; h.inTokens {
-			c = l.tenants.perCall
-			if cost > 0 {
-				c = float64(cost)
-			}
-		}
-		h.charge = c / cfg.weight(t)
+		t.seen = h.at
+		h.inTokens = l.tenants.tokens
+		h.charge = l.chargeOf(cfg, t, cost)
 		t.vs += h.charge
 		t.pending += h.charge
 		l.q.serviceChanged(t)
@@ -239,11 +326,14 @@ func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold, cost int64) {
 // settleLocked counts the release of h: its slot-time, less what its grant
 // was charged, and the tenant's cap.
 func (l *lane) settleLocked(cfg *Config, h *hold) {
-	t := h.t
-	h.t = nil
+	t, fresh := h.t, h.fresh
+	h.t, h.fresh = nil, false
 	t.inflight--
 	if h.timed {
-		d := float64(l.nowNS()-h.at) / 1e9
+		now := l.nowNS()
+		t.seen = now
+		d := float64(now-h.at) / 1e9
+		dv := 0.0 // its service, settled
 		switch {
 		case h.inTokens != l.tenants.tokens:
 			// Charged in slot-time before the lane turned to tokens, which
@@ -254,11 +344,18 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 				used = float64(h.cost) // what it used (Slot.Settle), else its estimate
 				l.tenants.perCall += (used - l.tenants.perCall) / 8
 			}
-			t.vs += used/cfg.weight(t) - h.charge
+			dv = used/cfg.weight(t) - h.charge
 			t.pending -= h.charge
 		default:
-			t.vs += d/cfg.weight(t) - h.charge
+			dv = d/cfg.weight(t) - h.charge
 			t.pending -= h.charge
+		}
+		t.vs += dv
+		if fresh {
+			// A newcomer's first call moved the mark on by its charge:
+			// the mark is settled as its service is, so that the
+			// newcomers pay what their calls held, not what they said.
+			l.tenants.mark += dv
 		}
 		t.served += d
 		e := l.tenants.estOf(t)
@@ -277,7 +374,7 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 // (slot-time and tokens do not compare), and a call with no estimate is
 // charged cost until the lane has measured its mean.
 func (l *lane) inTokensLocked(cost int64) {
-	l.tenants.tokens, l.tenants.perCall = true, float64(cost)
+	l.tenants.tokens, l.tenants.perCall, l.tenants.mark = true, float64(cost), 0
 	l.eachTenant(func(t *tenant) {
 		t.vs, t.pending = 0, 0
 		l.q.serviceChanged(t)

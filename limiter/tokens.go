@@ -426,7 +426,7 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 	if !h.settled {
 		l.freshenLocked() // the statistics' step, without reading the clock every time
 		tk.win.add(l.stats.Current(), u, h.est)
-		l.learnLocked(h.t, h.base, used)
+		l.learnLocked(h, used)
 	}
 	h.cost, h.settled = used, true
 	if l.q.n > 0 {

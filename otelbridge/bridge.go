@@ -28,6 +28,10 @@ type Options struct {
 	// Propagator carries the trace to the gateway in the request headers;
 	// nil means the global one (W3C trace context and baggage unless set).
 	Propagator propagation.TextMapPropagator
+	// MaxTenantSeries bounds the (lane, tenant) series of the tenant
+	// metrics across all lanes; a lane's tenants past it are summed as
+	// limiter.OtherTenant. 0 means DefaultMaxTenantSeries.
+	MaxTenantSeries int
 }
 
 // Bridge records a limiter's lanes as OpenTelemetry metrics (as a metric
@@ -43,6 +47,8 @@ type Bridge struct {
 
 	mu    sync.RWMutex // guards lanes; each laneMetrics guards itself
 	lanes map[string]*laneMetrics
+
+	tenants *tenantSeries // guards itself
 }
 
 // New returns a bridge. Its metrics reach a reader through Produce
@@ -58,7 +64,7 @@ func New(o Options) (*Bridge, error) {
 	}
 	_, untraced := tp.(tracenoop.TracerProvider)
 	return &Bridge{tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)), propagator: prop,
-		untraced: untraced, lanes: map[string]*laneMetrics{}}, nil
+		untraced: untraced, lanes: map[string]*laneMetrics{}, tenants: newTenantSeries(o.MaxTenantSeries)}, nil
 }
 
 // now reads the watched limiter's clock, so that spans line up with the

@@ -228,6 +228,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	gauge := func(dst *[]metricdata.DataPoint[int64], attrs attribute.Set, v int64) {
 		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, Time: now, Value: v})
 	}
+	byLane := b.tenants.split(snap.Lanes)
 	for _, l := range snap.Lanes {
 		a := attribute.NewSet(attribute.String("lane", l.Lane))
 		inf, q := l.Inflight, l.QueuedByPriority
@@ -256,7 +257,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 				gauge(&budgetLimit, a, tk.Provider.Tokens.Limit)
 			}
 		}
-		for _, tn := range l.AllTenants {
+		for _, tn := range byLane[l.Lane] {
 			ta := attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("tenant", tn.Tenant))
 			gauge(&tenantIn, ta, int64(tn.Inflight))
 			gauge(&tenantQ, ta, int64(tn.Queued))

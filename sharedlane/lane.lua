@@ -3,12 +3,13 @@
 -- KEYS (one hash slot: every key carries the lane's {tag}):
 --   1 h   ZSET  holder id -> lease expiry (ms)
 --   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|estimate|cost|call|
---               grant|process|base": charge is its tenant's ('-': none; 't' first:
+--               grant|process|base|fresh": charge is its tenant's ('-': none; 't' first:
 --               in tokens); estimate and cost are what the token budget was charged
 --               at the grant and now (0 without a budget); call is the call's
 --               estimate, its use once settled ('' if it carried none); grant is
 --               m's seq at its grant, so grants order as granted (see op limits); base is the
---               estimate as its caller gave it, before a raise (see calibrate)
+--               estimate as its caller gave it, before a raise (see calibrate); fresh
+--               is '1' if the grant was its tenant's first (see newcomer)
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
 --   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process|base"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
@@ -22,16 +23,19 @@
 --               it), ms (a call has named a tenant: grants are charged from then
 --               on), ex (when every key's expiry was last renewed, ms) and cp (the
 --               cap whose counts i: keeps: see recount), sw (a bound on the earliest
---               lease in h and qx: see sweep) and pu (until when pv may bind, ms)
+--               lease in h and qx: see sweep), pu (until when pv may bind, ms) and
+--               pr (when idle tenants were last looked for, ms: see forget)
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds, or tokens, per
 --               unit of weight), p:NAME the part of it charged to calls in flight,
 --               e:NAME the mean slot-time of its calls (s), i:NAME its slots held
 --               (kept while there is a cap), est (the lane's mean slot-time), last
 --               (the tenant granted last, once charged), tok (a call carried a
 --               token estimate: service is counted in tokens from then on, as in
---               package limiter), pc (the mean tokens of a call) and o:NAME
+--               package limiter), pc (the mean tokens of a call), o:NAME
 --               "ratio|at (ms)" (how far its calls' use ran past their estimates:
---               see calibrate)
+--               see calibrate; o:+ the newcomers'), j:NAME (its last grant or
+--               release, ms: set from its first grant, see newcomer) and nm (the
+--               newcomers' mark: see lift)
 --   11 pv  STRING  the provider's word (op limits: see provider), which expires
 --               when it stops binding: at most two provider windows after it was said
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
@@ -74,7 +78,7 @@ local A = 11 -- the op's arguments are ARGV[A + 1] on
 -- written: the keys the call wrote (see wr); meta: what it read of m (see
 -- begin); the rest are read once, when first needed, and kept for the call.
 local written, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept
-local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu'}
+local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr'}
 
 -- begin sets the call's state from its keys and arguments (see the top).
 local function begin(keys, args)
@@ -165,11 +169,19 @@ local function num(k, default)
 end
 
 -- share reads tenant's service, its pending charges, its mean slot-time
--- and the lane's, in one call (a missing mean is the lane's; the lane's, 1 s).
+-- and the lane's, and whether it is a newcomer, in one call (a missing mean
+-- is the lane's; the lane's, 1 s).
 local function share(tenant)
-  local r = redis.call('HMGET', T, 'v:' .. tenant, 'p:' .. tenant, 'e:' .. tenant, 'est')
+  local r = redis.call('HMGET', T, 'v:' .. tenant, 'p:' .. tenant, 'e:' .. tenant, 'est', 'j:' .. tenant)
   local est = tonumber(r[4] or '') or 1
-  return tonumber(r[1] or '') or 0, tonumber(r[2] or '') or 0, tonumber(r[3] or '') or est, est
+  return tonumber(r[1] or '') or 0, tonumber(r[2] or '') or 0, tonumber(r[3] or '') or est, est,
+    tenant ~= 'default' and not r[5]
+end
+
+-- newcomer reports whether tenant has not been granted a call on the lane
+-- (since it was forgotten): 'default' never is.
+local function newcomer(tenant)
+  return tenant ~= 'default' and redis.call('HEXISTS', T, 'j:' .. tenant) == 0
 end
 
 local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
@@ -184,7 +196,7 @@ local function tokens()
 end
 local function toTokens(call)
   inTokens = true
-  local sets = {'tok', 1, 'pc', call}
+  local sets = {'tok', 1, 'pc', call, 'nm', 0}
   for _, k in ipairs(redis.call('HKEYS', T)) do
     local p = string.sub(k, 1, 2)
     if p == 'v:' or p == 'p:' then sets[#sets + 1], sets[#sets + 2] = k, 0 end
@@ -323,7 +335,7 @@ local function adopt()
   local ti = 0
   local all = redis.call('HGETALL', HC)
   for i = 1, #all, 2 do
-    local f = fields(all[i + 1], 11)
+    local f = fields(all[i + 1], 12)
     local e = tonumber(f[8]) or 0
     f[6], f[7] = e, e
     ti = ti + e
@@ -370,7 +382,7 @@ local function unhold(id)
   redis.call('HDEL', HC, id)
   redis.call('HDEL', G, id)
   if v then
-    local f = fields(v, 11)
+    local f = fields(v, 12)
     local tenant, at, cf, w = f[2], tonumber(f[3]), f[4], tonumber(f[5])
     local est = tonumber(f[6]) or 0
     if est ~= 0 then wr('HINCRBYFLOAT', M, 'ti', -est) end
@@ -379,7 +391,7 @@ local function unhold(id)
       local vs, pending, e, le = share(tenant)
       local inTok = string.sub(cf, 1, 1) == 't'
       local charge = tonumber(inTok and string.sub(cf, 2) or cf)
-      local sets = {'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8)}
+      local sets = {'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8), 'j:' .. tenant, now}
       if inTok ~= tokens() then
         -- Charged in slot-time before the lane turned to tokens, which
         -- started every tenant's service again: nothing to settle.
@@ -396,6 +408,10 @@ local function unhold(id)
         end
         sets[#sets + 1], sets[#sets + 2] = 'v:' .. tenant, exact(vs + used / w - charge)
         sets[#sets + 1], sets[#sets + 2] = 'p:' .. tenant, exact(pending - charge)
+        if f[12] == '1' then
+          -- A newcomer's first call: the mark is settled as its service is.
+          sets[#sets + 1], sets[#sets + 2] = 'nm', exact(num('nm', 0) + (used / w - charge))
+        end
       end
       wr('HSET', T, unpack(sets))
     end
@@ -498,21 +514,34 @@ local function firstIn(c)
   return best
 end
 
--- lift raises the service of tenant, which starts waiting in class c, to
--- the settled service (less what its calls in flight were charged) of the
--- tenant served next in that class, or with none waiting there, of the
--- tenant granted last: being idle banks no credit.
-local function lift(tenant, c)
+-- lift raises the service of tenant, which starts waiting in class c with
+-- a call estimated at cost (of weight w), to the settled service (less what
+-- its calls in flight were charged) of the tenant served next in that
+-- class, or with none waiting there, of the tenant granted last: being idle
+-- banks no credit. A newcomer is lifted to at least the newcomers' mark
+-- (nm), and moves it on by what its grant will be charged, so that the
+-- newcomers are served as one more tenant would be (package limiter's
+-- liftLocked).
+local function lift(tenant, c, w, cost)
   local floor
   local h = firstIn(c)
   if h then
     floor = h.vs - h.pending
   else
     local last = redis.call('HGET', T, 'last')
-    if not last then return end
-    floor = num('v:' .. last, 0) - num('p:' .. last, 0)
+    if last then floor = num('v:' .. last, 0) - num('p:' .. last, 0) end
   end
-  if num('v:' .. tenant, 0) < floor then wr('HSET', T, 'v:' .. tenant, exact(floor)) end
+  local vs, _, e, _, new = share(tenant)
+  if new then floor = math.max(floor or 0, num('nm', 0)) end
+  if floor and vs < floor then
+    vs = floor
+    wr('HSET', T, 'v:' .. tenant, exact(floor))
+  end
+  if new then
+    local charge = e
+    if tokens() then charge = cost > 0 and cost or num('pc', 0) end
+    wr('HSET', T, 'nm', exact(vs + charge / w))
+  end
 end
 
 -- hold gives id a slot for tenant's call of class c, charged the
@@ -548,7 +577,8 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
     '|' .. (base or call)
   if measured() then
     if call > 0 and not tokens() then toTokens(call) end
-    local vs, pending, e = share(tenant)
+    local vs, pending, e, _, new = share(tenant)
+    rest = rest .. (new and '|1' or '|')
     local charge, cf = e / w, nil
     if tokens() then
       charge = (call > 0 and call or num('pc', 0)) / w
@@ -557,11 +587,11 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
       cf = exact(charge)
     end
     wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest)
-    wr('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant)
+    wr('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant, 'j:' .. tenant, now)
   else
     -- No one to be fair to: last is not kept (a lift reads service, 0
     -- for every tenant until a call names one).
-    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest)
+    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest .. '|')
   end
   if cap > 0 then wr('HINCRBY', T, 'i:' .. tenant, 1) end
 end
@@ -586,9 +616,10 @@ local function ratio(tenant)
   if r <= 1 then return 1 end
   return 1 + (r - 1) * 2 ^ (-(now - at) / halfLife)
 end
-local function calibrate(tenant, cost)
+local function calibrate(tenant, cost, new)
   if cost <= 0 then return cost end
   local f = ratio(tenant)
+  if new then f = math.max(f, ratio('+')) end -- a newcomer: the newcomers' record
   if f <= 1 then return cost end -- none of its calls ran past its estimate
   local ceiling = smallest()
   if ceiling == 0 or cost >= ceiling then return cost end
@@ -622,6 +653,7 @@ local function dispatch()
   if limit == 0 or queued() == 0 or quiet() then return granted end
   local n, others = counts()
   local told = {} -- grants and refusals, for the waiting processes
+  local newcomersOut = false -- a newcomer's raised call was set aside
   while n < limit do
     local c
     if fits(1, n, others) then
@@ -642,12 +674,17 @@ local function dispatch()
     if budget then
       refuse(best.id, budget, size)
       told[#told + 1] = best.id
+    elseif newcomersOut and newcomer(f[4]) then
+      -- The newcomers' calls are one line for the budgets: behind a
+      -- raised one that did not fit, a later one raised less waits too.
+      skip[f[4]] = true
     elseif not tokensFit(cost) then
       -- The first in line holds it while the budget has no room for it,
       -- but not a call raised for its tenant's under-estimates: that
       -- tenant's calls are set aside for this dispatch.
       if cost <= base then break end
       skip[f[4]] = true
+      newcomersOut = newcomersOut or newcomer(f[4])
     else
       -- The slot keeps the place's lease: a dead process's place granted
       -- just before it lapses lapses as a slot just as soon.
@@ -724,6 +761,44 @@ local function recount()
   wr('HSET', M, 'cp', cap)
 end
 
+-- forget drops the tenants gone idle but keep, at a newcomer's acquire, at
+-- most once a minute (package limiter's forgetLocked): those with nothing
+-- queued or in flight that were never granted a call, or had none granted
+-- or ended (j:) for five minutes. O(tenants + holders), once a minute.
+local tenantIdle, sweepEvery = 300000, 60000
+local function forget(keep)
+  local pr = tonumber(meta.pr or '')
+  if pr and now - pr < sweepEvery then return end
+  wr('HSET', M, 'pr', now)
+  local active = {default = true, ['+'] = true}
+  active[keep] = true
+  for _, v in ipairs(redis.call('HVALS', HC)) do active[fields(v, 3)[2]] = true end
+  for c = 0, 2 do
+    for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do active[tenant] = true end
+  end
+  local seen, names = {}, {}
+  local ts = redis.call('HGETALL', T)
+  for i = 1, #ts, 2 do
+    local k = ts[i]
+    if string.sub(k, 2, 2) == ':' then
+      local name = string.sub(k, 3)
+      if not active[name] then
+        if names[name] == nil then names[name] = {} end
+        table.insert(names[name], k)
+        if string.sub(k, 1, 1) == 'j' then seen[name] = tonumber(ts[i + 1]) end
+      end
+    end
+  end
+  local del, last = {}, redis.call('HGET', T, 'last')
+  for name, ks in pairs(names) do
+    if not seen[name] or now - seen[name] >= tenantIdle then
+      for _, k in ipairs(ks) do del[#del + 1] = k end
+      if name == last then del[#del + 1] = 'last' end
+    end
+  end
+  if #del > 0 then redis.call('HDEL', T, unpack(del)) end
+end
+
 local ops = {} -- the ops, by name
 
 function ops.acquire()
@@ -736,7 +811,9 @@ function ops.acquire()
     -- Larger than the provider's whole limit: it could never be served.
     return {'too_large', '', pl}
   end
-  local cost = calibrate(tenant, base)
+  local new = newcomer(tenant)
+  if new then forget(tenant) end
+  local cost = calibrate(tenant, base, new)
   if meta.lane ~= ARGV[A + 4] then wr('HSET', M, 'lane', ARGV[A + 4]) end
   if tenant ~= 'default' and not measuredNow then
     wr('HSET', M, 'ms', 1)
@@ -750,7 +827,7 @@ function ops.acquire()
   else
     local at = now - age
     if queued() == 0 then wr('HSET', M, 'since', now) end
-    if redis.call('EXISTS', tq(c, tenant)) == 0 then lift(tenant, c) end
+    if redis.call('EXISTS', tq(c, tenant)) == 0 then lift(tenant, c, w, cost) end
     wr('ZADD', Q[c + 1], at, id)
     wr('ZADD', tq(c, tenant), at, id)
     wr('SADD', Q[c + 1] .. '@', tenant)
@@ -877,13 +954,15 @@ function ops.settle()
   local id, used = ARGV[A + 1], tonumber(ARGV[A + 2])
   local v = redis.call('HGET', HC, id)
   if not v then return 0 end
-  local f = fields(v, 11)
+  local f = fields(v, 12)
   -- No call costs more than a whole budget (the caller bounds the rest).
   local ceil = math.max(tpm, maxtok, pl)
   if ceil > 0 then used = math.min(used, ceil) end
   local l = level()
   if l ~= nil then setLevel(math.max(-tpm, math.min(tpm, l - (used - (tonumber(f[7]) or 0))))) end
-  learn(f[2], tonumber(f[11]) or tonumber(f[8]) or 0, used)
+  local base = tonumber(f[11]) or tonumber(f[8]) or 0
+  learn(f[2], base, used)
+  if f[12] == '1' then learn('+', base, used) end -- its tenant's first: the newcomers' record
   f[7], f[8] = used, used
   wr('HSET', HC, id, table.concat(f, '|'))
   dispatch()
@@ -903,13 +982,13 @@ function ops.limits()
   local at, mine = now, math.huge
   local v = redis.call('HGET', HC, id)
   if v then
-    local f = fields(v, 11)
+    local f = fields(v, 12)
     at, mine = math.min(now, tonumber(f[3])), tonumber(f[9]) or math.huge
   end
   local toks, calls = 0, 0
   local all = redis.call('HGETALL', HC)
   for i = 1, #all, 2 do
-    local f = fields(all[i + 1], 11)
+    local f = fields(all[i + 1], 12)
     if (tonumber(f[9]) or 0) > mine then
       toks = toks + (tonumber(f[8]) or 0)
       calls = calls + 1

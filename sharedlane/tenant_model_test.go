@@ -22,8 +22,10 @@ import (
 // the reserve; a cap per tenant; a grant charged the tenant's mean
 // slot-time over its weight and settled at release; a tenant that starts
 // waiting in a class lifted to the settled service of the one served next
-// there, or the last granted tenant's), written plainly, with lane.lua's
-// arithmetic on the lane's clock in ms.
+// there, or the last granted tenant's; a newcomer to at least the
+// newcomers' mark, which it moves on by its charge; idle tenants forgotten
+// at a newcomer's call, at most once a minute), written plainly, with
+// lane.lua's arithmetic on the lane's clock in ms.
 type tmodel struct {
 	limit, reserve, cap int
 	step                time.Duration // aging
@@ -32,7 +34,46 @@ type tmodel struct {
 	v, p, e             map[string]float64
 	est                 float64
 	last                string
-	measured            bool // a call has named a tenant: grants are charged
+	measured            bool             // a call has named a tenant: grants are charged
+	seen                map[string]int64 // a tenant granted a call: its last grant or release (ms)
+	mark                float64          // the newcomers' service
+	pruned              int64            // when idle tenants were last looked for (ms), once swept
+	swept               bool
+}
+
+func (m *tmodel) newcomer(t string) bool {
+	_, ok := m.seen[t]
+	return t != "default" && !ok
+}
+
+// forget drops the tenants gone idle but keep, at most once a minute.
+func (m *tmodel) forget(keep string, now int64) {
+	if m.swept && now-m.pruned < time.Minute.Milliseconds() {
+		return
+	}
+	m.swept, m.pruned = true, now
+	names := map[string]bool{}
+	for _, f := range []map[string]float64{m.v, m.p, m.e} {
+		for n := range f {
+			names[n] = true
+		}
+	}
+	for n := range m.seen {
+		names[n] = true
+	}
+	for n := range names {
+		busy := slices.ContainsFunc(append(slices.Clone(m.held), m.queue...), func(c *tcall) bool { return c.tenant == n })
+		if at, ok := m.seen[n]; n == "default" || n == keep || busy || ok && now-at < limiter.TenantIdle.Milliseconds() {
+			continue
+		}
+		delete(m.v, n)
+		delete(m.p, n)
+		delete(m.e, n)
+		delete(m.seen, n)
+		if m.last == n {
+			m.last = ""
+		}
+	}
 }
 
 type tcall struct {
@@ -43,6 +84,7 @@ type tcall struct {
 	at      int64 // arrival; for a holder, its grant (ms)
 	charge  float64
 	charged bool
+	fresh   bool // its tenant's first grant: its settlement moves the mark
 	real    *call
 }
 
@@ -169,6 +211,8 @@ func (m *tmodel) hold(c *tcall, now int64) {
 		e = m.est
 	}
 	c.charge, c.charged = e/m.weight(c.tenant), true
+	c.fresh = m.newcomer(c.tenant)
+	m.seen[c.tenant] = now
 	m.v[c.tenant] += c.charge
 	m.p[c.tenant] += c.charge
 }
@@ -179,7 +223,11 @@ func (m *tmodel) unhold(c *tcall, now int64) {
 		return
 	}
 	d := float64(max(0, now-c.at)) / 1000
+	m.seen[c.tenant] = now
 	m.v[c.tenant] = m.v[c.tenant] + d/m.weight(c.tenant) - c.charge
+	if c.fresh {
+		m.mark += d/m.weight(c.tenant) - c.charge
+	}
 	m.p[c.tenant] = m.p[c.tenant] - c.charge
 	le := m.est
 	e, ok := m.e[c.tenant]
@@ -201,15 +249,29 @@ func (m *tmodel) lift(t string, p limiter.Priority) {
 		}
 	}
 	var floor float64
+	ok := true
 	switch {
 	case first != nil:
 		floor = m.v[first.tenant] - m.p[first.tenant]
 	case m.last != "":
 		floor = m.v[m.last] - m.p[m.last]
 	default:
-		return
+		ok = false
 	}
-	m.v[t] = max(m.v[t], floor)
+	newcomer := m.newcomer(t)
+	if newcomer {
+		floor, ok = max(floor, m.mark), true
+	}
+	if ok && m.v[t] < floor {
+		m.v[t] = floor
+	}
+	if newcomer {
+		e, has := m.e[t]
+		if !has {
+			e = m.est
+		}
+		m.mark = m.v[t] + e/m.weight(t)
+	}
 }
 
 func (m *tmodel) dispatch(now int64) []*tcall {
@@ -268,7 +330,7 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 	rdb.Del(context.Background(), tkey)
 
 	m := &tmodel{step: agingStep, limit: limit, reserve: cfg.Reserve(), cap: cfg.Fairness.MaxInflightPerTenant, weights: weights,
-		v: map[string]float64{}, p: map[string]float64{}, e: map[string]float64{}, est: 1}
+		v: map[string]float64{}, p: map[string]float64{}, e: map[string]float64{}, est: 1, seen: map[string]int64{}}
 	nowMs := func() int64 { return clock.Now().UnixMilli() }
 	granted := func(step string, cs []*tcall) {
 		t.Helper()
@@ -327,6 +389,9 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 				ctx = limiter.WithTenant(ctx, tn)
 			}
 			step := fmt.Sprintf("step %d: acquire %d (%s, %s, p%d)", i, c.id, c.class, tn, p)
+			if m.newcomer(tn) {
+				m.forget(tn, nowMs())
+			}
 			m.measured = m.measured || tn != "default"
 			var got []*tcall
 			if len(m.queue) == 0 && m.fits(c.class) && !m.capped(tn) {

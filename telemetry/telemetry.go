@@ -58,6 +58,10 @@ type Options struct {
 	// Registry receives the collectors; nil means a new one, with the Go
 	// and process collectors.
 	Registry *prometheus.Registry
+	// MaxTenantSeries bounds the tenant metrics' (lane, tenant) series
+	// across all lanes (otelbridge.Options.MaxTenantSeries); 0 means
+	// otelbridge.DefaultMaxTenantSeries.
+	MaxTenantSeries int
 }
 
 // Telemetry serves a limiter's lanes. Create it with New, pass Observe to
@@ -150,7 +154,7 @@ func New(o Options) (*Telemetry, error) {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	b, err := otelbridge.New(otelbridge.Options{TracerProvider: o.TracerProvider, Propagator: o.Propagator})
+	b, err := otelbridge.New(otelbridge.Options{TracerProvider: o.TracerProvider, Propagator: o.Propagator, MaxTenantSeries: o.MaxTenantSeries})
 	if err != nil {
 		return nil, err
 	}

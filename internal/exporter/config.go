@@ -18,6 +18,7 @@ import (
 	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+	"github.com/llmlanes/llmlanes/otelbridge"
 	"github.com/llmlanes/llmlanes/sharedlane"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -150,6 +151,10 @@ type LimitsConfig struct {
 	// MaxTenants is how many tenants a lane tracks by name; the calls of
 	// any more share the tenant "other". Default 100.
 	MaxTenants int `yaml:"max_tenants"`
+	// MaxTenantSeries is how many (lane, tenant) series the tenant
+	// metrics have across all lanes; a lane's tenants past it are summed
+	// as "other". Default 1000.
+	MaxTenantSeries int `yaml:"max_tenant_series"`
 }
 
 // ServerConfig bounds the connections of lanes-exporter's HTTP server; a
@@ -491,6 +496,7 @@ func (c *Config) checkBounds() error {
 		{"limits.max_lanes", &c.Limits.MaxLanes, limiter.DefaultMaxLanes},
 		{"limits.max_model_bytes", &c.Limits.MaxModelBytes, DefaultMaxModelBytes},
 		{"limits.max_tenants", &c.Limits.MaxTenants, limiter.DefaultMaxTenants},
+		{"limits.max_tenant_series", &c.Limits.MaxTenantSeries, otelbridge.DefaultMaxTenantSeries},
 		{"server.max_header_bytes", &c.Server.MaxHeaderBytes, DefaultMaxHeaderBytes},
 	} {
 		if *b.v < 0 {

@@ -114,7 +114,8 @@ func New(cfg *Config, o Options) (*Server, error) {
 	}
 	s.propagator = o.Propagator
 	tel, err := telemetry.New(telemetry.Options{Prefix: cfg.Metrics.Prefix, Thresholds: cfg.thresholds(),
-		TracerProvider: o.TracerProvider, Propagator: o.Propagator, MetricExporters: o.MetricExporters})
+		TracerProvider: o.TracerProvider, Propagator: o.Propagator, MetricExporters: o.MetricExporters,
+		MaxTenantSeries: cfg.Limits.MaxTenantSeries})
 	if err != nil {
 		return nil, err
 	}
