@@ -179,7 +179,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 		arrival = a
 	}
 	t := ln.tenantLocked(cfg, TenantFrom(ctx))
-	cost := TokensFrom(ctx)
+	cost, open := ln.estimateLocked(cfg, ctx)
 	if err := tooLarge(cfg, key, cost); err != nil {
 		ln.mu.Unlock()
 		return Slot{}, err
@@ -219,7 +219,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, p 
 	switch {
 	case err == nil:
 		h := ln.takeLocked(cfg, p, t, 0)
-		h.lease = lease
+		h.lease, h.open = lease, open
 		s = Slot{h: h, gen: h.gen, lost: lease.Lost()}
 		if place == 0 {
 			ln.stats.Advance(now)

@@ -35,6 +35,8 @@ type lane struct {
 	// tok is the lane's token accounting (see laneTokens); nil until a
 	// call carries an estimate, a budget is set or the provider reports.
 	tok *laneTokens
+	// outputs is what its calls with no output bound wrote lately.
+	outputs outputs
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
@@ -106,6 +108,9 @@ type hold struct {
 	// fresh is set when the grant was its tenant's first: its use teaches
 	// the newcomers' record (see calibrateLocked).
 	fresh bool
+	// open is set when the call named no output bound: its completion
+	// teaches the lane's (see WithOpenOutput).
+	open bool
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
@@ -247,7 +252,7 @@ func (l *lane) dispatchLocked(now time.Time) {
 		}
 		l.dequeueLocked(w, now)
 		w.hold = l.takeLocked(cfg, w.prio, w.t, w.cost)
-		w.hold.base = w.base
+		w.hold.base, w.hold.open = w.base, w.open
 		w.gen = w.hold.gen
 		w.waited = now.Sub(w.enqueued)
 		l.stats.Wait(now, w.waited)
@@ -414,7 +419,7 @@ func (l *lane) stepEnded() {
 // out, or its context ends. It is called with mu held and returns with it
 // released: the lock must cover the enqueue and the first dispatch, and
 // must not be held while the call blocks.
-func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost, base int64) (Slot, error) {
+func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost, base int64, open bool) (Slot, error) {
 	if cost > 0 || l.tok != nil || cfg.budgeted() {
 		if err := l.admitTokensLocked(cfg, cost); err != nil {
 			l.mu.Unlock()
@@ -425,7 +430,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)
 	defer lim.putWaiter(w)
-	w.prio, w.t, w.cost, w.base, w.arrival, w.enqueued, w.seq = p, t, cost, base, now, now, l.seq
+	w.prio, w.t, w.cost, w.base, w.open, w.arrival, w.enqueued, w.seq = p, t, cost, base, open, now, now, l.seq
 	l.seq++
 	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
 		w.arrival = a
@@ -547,6 +552,7 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	h.lease = nil
 	l.cold = false // a call has ended: the lane has heard from its gateway
 	l.settleLocked(l.lim.cfg.Load(), h)
+	h.open = false
 	if l.tok != nil {
 		l.releaseTokensLocked(h)
 	}

@@ -166,11 +166,11 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		ln.settleDrainLocked(cfg)
 	}
 	t := ln.tenantLocked(cfg, TenantFrom(ctx))
-	base := TokensFrom(ctx)
+	base, open := ln.estimateLocked(cfg, ctx)
 	cost := ln.calibrateLocked(cfg, t, base)
 	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) && ln.tokensNowLocked(cfg, cost) {
 		h := ln.grantNowLocked(cfg, p, t, cost)
-		h.base = base
+		h.base, h.open = base, open
 		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
@@ -178,7 +178,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		}
 		return Slot{h: h, gen: gen}, nil
 	}
-	return ln.waitLocked(ctx, cfg, p, t, cost, base)
+	return ln.waitLocked(ctx, cfg, p, t, cost, base, open)
 }
 
 // lane returns the lane named key, making it if it does not exist and

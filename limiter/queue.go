@@ -22,6 +22,7 @@ type waiter struct {
 	t        *tenant   // whose call it is
 	cost     int64     // its estimate, in tokens (see WithTokens), as calibrateLocked raised it
 	base     int64     // its estimate as its caller gave it
+	open     bool      // its call names no output bound (WithOpenOutput)
 	arrival  time.Time // logical arrival: drives aging
 	at       int64     // the same, in ns since the limiter's origin: orders the class
 	enqueued time.Time // when this acquisition started waiting

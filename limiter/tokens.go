@@ -427,6 +427,9 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		l.freshenLocked() // the statistics' step, without reading the clock every time
 		tk.win.add(l.stats.Current(), u, h.est)
 		l.learnLocked(h, used)
+		if h.open {
+			l.outputs.add(u.Completion)
+		}
 	}
 	h.cost, h.settled = used, true
 	if l.q.n > 0 {

@@ -28,6 +28,10 @@ type Estimate struct {
 	// Output is the most the call may write: max_completion_tokens, else
 	// max_tokens, else max_output_tokens, else the default; times n.
 	Output int64
+	// Open is set when the body names no output bound: Output is the
+	// default's, and the lane estimates the call at what it has learned
+	// such calls write (limiter.WithOpenOutput).
+	Open bool
 }
 
 // Total returns Prompt plus Output, at most math.MaxInt64: a call that
@@ -98,6 +102,8 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 		out = maxTokens
 	case maxOutput >= 0:
 		out = maxOutput
+	default:
+		e.Open = true
 	}
 	// Saturating: max_tokens 999999999999999999 with n 10 is a call too
 	// large for any lane, not a negative one that fits every budget.

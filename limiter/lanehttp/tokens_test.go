@@ -30,16 +30,16 @@ func TestEstimateTokens(t *testing.T) {
 		{"max_completion_tokens wins", `{"model":"m","input":"abcd","max_tokens":50,"max_completion_tokens":70}`,
 			lanehttp.Estimate{Prompt: 2, Output: 70}},
 		{"responses api", `{"model":"m","input":"abcdefgh","max_output_tokens":9}`, lanehttp.Estimate{Prompt: 3, Output: 9}},
-		{"default output, times n", `{"model":"m","prompt":"abcd","n":3}`, lanehttp.Estimate{Prompt: 2, Output: 3 * 1024}},
+		{"default output, times n", `{"model":"m","prompt":"abcd","n":3}`, lanehttp.Estimate{Prompt: 2, Output: 3 * 1024, Open: true}},
 		// 4 characters of 3 bytes: 12 bytes, 12 more units: 24/4+1.
-		{"beyond ascii", `{"model":"m","input":"中文中文"}`, lanehttp.Estimate{Prompt: 7, Output: 1024}},
+		{"beyond ascii", `{"model":"m","input":"中文中文"}`, lanehttp.Estimate{Prompt: 7, Output: 1024, Open: true}},
 		{"image", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("A", 100_000) + `"}}]}]}`,
-			lanehttp.Estimate{Prompt: 2 + 4 + 1000, Output: 1024}}, // "user", "image_url", the image
+			lanehttp.Estimate{Prompt: 2 + 4 + 1000, Output: 1024, Open: true}}, // "user", "image_url", the image
 		// The raw string ab\"cd\\ is 8 bytes: escaped quotes and
 		// backslashes do not end it.
 		{"escapes", `{"model":"m","input":"ab\"cd\\","max_tokens":1}`, lanehttp.Estimate{Prompt: 3, Output: 1}},
 		{"stream settings are not prompt", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"input":"ab","max_tokens":null}`,
-			lanehttp.Estimate{Prompt: 2, Output: 1024}},
+			lanehttp.Estimate{Prompt: 2, Output: 1024, Open: true}}, // null names no bound
 	} {
 		if got := lanehttp.EstimateTokens([]byte(c.body), 1024); got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)

@@ -208,7 +208,11 @@ func (t *Transport) acquire(a *admission, req *http.Request) {
 		ctx = limiter.WithArrival(ctx, a.at.arrival)
 	}
 	if limiter.TokensFrom(ctx) == 0 {
-		ctx = limiter.WithTokens(ctx, a.est.Total())
+		if a.est.Open {
+			ctx = limiter.WithOpenOutput(ctx, a.est.Prompt, a.est.Output)
+		} else {
+			ctx = limiter.WithTokens(ctx, a.est.Total())
+		}
 	}
 	var err error
 	if a.slot, err = t.Limiter.Acquire(ctx, a.lane); err != nil {

@@ -1,0 +1,92 @@
+package limiter
+
+import (
+	"context"
+	"math"
+	"slices"
+)
+
+// A call that names no output bound (no max_tokens, max_completion_tokens
+// or max_output_tokens) may write anything; a fixed guess for it (package
+// lanehttp's 1,024 tokens) lets a lane of such calls, answered at length,
+// run past its budget by whatever the answers run past the guess. So a
+// lane learns what such calls write: it estimates one at its prompt plus
+// a high percentile (openPercentile) of the completions of its last
+// openSamples such calls, once it has seen openMinSamples, and at the
+// caller's fallback until then. A learned bound is at most the lane's
+// smallest budget less the prompt, unless the fallback is more: learning
+// never makes a call too large to be granted. A shared lane learns in each
+// process, from that process's calls.
+const (
+	openSamples    = 64
+	openMinSamples = 8
+	openPercentile = 0.9
+)
+
+type openOutputKey struct{}
+
+type openOutput struct{ prompt, fallback int64 }
+
+// WithOpenOutput returns a context whose model call names no output bound:
+// it is estimated at prompt tokens plus what its lane has learned such
+// calls write, or fallback (a default output bound) until the lane has
+// learned it. TokensFrom reads prompt plus fallback.
+func WithOpenOutput(ctx context.Context, prompt, fallback int64) context.Context {
+	prompt, fallback = max(prompt, 0), max(fallback, 0)
+	ctx = WithTokens(ctx, addSat(prompt, fallback))
+	return context.WithValue(ctx, openOutputKey{}, openOutput{prompt, fallback})
+}
+
+func addSat(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// outputs is what a lane's calls with no output bound wrote lately: the
+// last openSamples completions, in a ring and sorted.
+type outputs struct {
+	ring   [openSamples]int64
+	sorted []int64
+	next   int
+}
+
+// add counts a completion of n tokens.
+func (o *outputs) add(n int64) {
+	n = max(n, 0)
+	if len(o.sorted) == openSamples {
+		old := o.ring[o.next]
+		i, _ := slices.BinarySearch(o.sorted, old)
+		o.sorted = slices.Delete(o.sorted, i, i+1)
+	}
+	o.ring[o.next] = n
+	o.next = (o.next + 1) % openSamples
+	i, _ := slices.BinarySearch(o.sorted, n)
+	o.sorted = slices.Insert(o.sorted, i, n)
+}
+
+// bound returns the learned output bound, and whether there is one.
+func (o *outputs) bound() (int64, bool) {
+	if len(o.sorted) < openMinSamples {
+		return 0, false
+	}
+	return o.sorted[int(math.Ceil(openPercentile*float64(len(o.sorted))))-1], true
+}
+
+// estimateLocked returns the estimate of the call ctx carries (see
+// WithTokens, WithOpenOutput), and whether it names no output bound.
+func (l *lane) estimateLocked(cfg *Config, ctx context.Context) (int64, bool) {
+	o, ok := ctx.Value(openOutputKey{}).(openOutput)
+	if !ok {
+		return TokensFrom(ctx), false
+	}
+	out := o.fallback
+	if learned, ok := l.outputs.bound(); ok {
+		out = learned
+		if ceiling := l.smallestBudgetLocked(cfg); ceiling > 0 {
+			out = min(out, max(ceiling-o.prompt, o.fallback))
+		}
+	}
+	return addSat(o.prompt, out), true
+}
