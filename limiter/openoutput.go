@@ -23,18 +23,15 @@ const (
 	openPercentile = 0.9
 )
 
-type openOutputKey struct{}
-
 type openOutput struct{ prompt, fallback int64 }
 
 // WithOpenOutput returns a context whose model call names no output bound:
 // it is estimated at prompt tokens plus what its lane has learned such
 // calls write, or fallback (a default output bound) until the lane has
-// learned it. TokensFrom reads prompt plus fallback.
+// learned it. It replaces an estimate WithTokens set, and is replaced by
+// one it sets; TokensFrom reads prompt plus fallback.
 func WithOpenOutput(ctx context.Context, prompt, fallback int64) context.Context {
-	prompt, fallback = max(prompt, 0), max(fallback, 0)
-	ctx = WithTokens(ctx, addSat(prompt, fallback))
-	return context.WithValue(ctx, openOutputKey{}, openOutput{prompt, fallback})
+	return context.WithValue(ctx, tokensKey{}, &openOutput{max(prompt, 0), max(fallback, 0)})
 }
 
 func addSat(a, b int64) int64 {
@@ -77,9 +74,9 @@ func (o *outputs) bound() (int64, bool) {
 // estimateLocked returns the estimate of the call ctx carries (see
 // WithTokens, WithOpenOutput), and whether it names no output bound.
 func (l *lane) estimateLocked(cfg *Config, ctx context.Context) (int64, bool) {
-	o, ok := ctx.Value(openOutputKey{}).(openOutput)
-	if !ok {
-		return TokensFrom(ctx), false
+	n, o := estimateOf(ctx.Value(tokensKey{}))
+	if o == nil {
+		return n, false
 	}
 	out := o.fallback
 	if learned, ok := l.outputs.bound(); ok {

@@ -20,10 +20,25 @@ func WithTokens(ctx context.Context, n int64) context.Context {
 	return context.WithValue(ctx, tokensKey{}, n)
 }
 
-// TokensFrom returns the estimate carried by ctx (see WithTokens), or 0.
+// TokensFrom returns the estimate carried by ctx (see WithTokens,
+// WithOpenOutput), or 0.
 func TokensFrom(ctx context.Context) int64 {
-	n, _ := ctx.Value(tokensKey{}).(int64)
-	return max(n, 0)
+	n, _ := estimateOf(ctx.Value(tokensKey{}))
+	return n
+}
+
+// estimateOf reads a value of tokensKey: an estimate (WithTokens), or an
+// open output (WithOpenOutput), whose estimate before learning is its
+// prompt plus its fallback. One key for both, so that an acquisition
+// looks up one context value for its estimate, as before there were two.
+func estimateOf(v any) (int64, *openOutput) {
+	switch v := v.(type) {
+	case int64:
+		return max(v, 0), nil
+	case *openOutput:
+		return addSat(v.prompt, v.fallback), v
+	}
+	return 0, nil
 }
 
 // Usage is what a call cost, in tokens, as its response's usage said (or,
