@@ -50,7 +50,8 @@ func TestColdStartHeaders(t *testing.T) {
 }
 
 // Without rate-limit headers, the first byte of an answer warms the lane;
-// so does the end of the first call (an error with no body).
+// so does the end of an exchange that got an answer (an error with no
+// body), but not a call that ended without one (its caller gave up).
 func TestColdStartFirstByteOrEnd(t *testing.T) {
 	h := newHarness(t, coldCfg(3))
 	a := h.take("A", "a", limiter.Default)
@@ -63,11 +64,15 @@ func TestColdStartFirstByteOrEnd(t *testing.T) {
 	n := h.take("N", "n", limiter.Default)
 	h.queue(context.Background(), "N", "n2", limiter.Default)
 	h.noneEnded()
-	n.Release()
+	n.Release() // given up: no answer
 	n2 := h.expectGrant("n2")
-	n3 := h.take("N", "n3", limiter.Interactive) // warm: a second slot at once
+	h.queue(context.Background(), "N", "n3", limiter.Interactive) // still cold: one at a time
+	h.noneEnded()
+	h.lim.RecordExchange(context.Background(), "N", limiter.Exchange{Outcome: limiter.OutcomeServerError, Status: 500})
+	n3 := h.expectGrant("n3") // an answer, if an error: warm
+	n4 := h.take("N", "n4", limiter.Interactive)
 
-	for _, s := range []*limiter.Slot{a, slots["a2"], slots["a3"], n2, n3} {
+	for _, s := range []*limiter.Slot{a, slots["a2"], slots["a3"], n2, n3, n4} {
 		s.Release()
 	}
 	// A lane made later starts cold again.
@@ -110,5 +115,29 @@ func TestColdStartNotWithBackend(t *testing.T) {
 	defer lim.Shutdown()
 	if err := lim.SetConfig(coldCfg(2)); !errors.As(err, &se) || se.Setting != "cold_start" {
 		t.Fatalf("SetConfig with a cold start: %v, want a SettingError for cold_start", err)
+	}
+}
+
+// A cold lane that hears nothing (its first call hangs) warms ColdStartMax
+// after it was made, and grants what waited; not a moment before. On the
+// fake clock.
+func TestColdStartHungFirstCall(t *testing.T) {
+	h := newHarness(t, coldCfg(3))
+	a := h.take("A", "a", limiter.Default)
+	h.clock.Advance(10 * time.Second)
+	h.queue(context.Background(), "A", "a2", limiter.Default)
+	h.clock.Advance(limiter.ColdStartMax - 10*time.Second - time.Millisecond)
+	h.noneEnded()
+	if !h.lane("A").ColdStart {
+		t.Fatal("warm before ColdStartMax")
+	}
+	h.clock.Advance(time.Millisecond)
+	a2 := h.expectGrant("a2")
+	a3 := h.take("A", "a3", limiter.Interactive) // warm: its limit of 3
+	if l := h.lane("A"); l.ColdStart || l.Limit != 3 {
+		t.Fatalf("after ColdStartMax: cold_start %v, limit %d; want warm at 3", l.ColdStart, l.Limit)
+	}
+	for _, s := range []*limiter.Slot{a, a2, a3} {
+		s.Release()
 	}
 }

@@ -13,6 +13,11 @@ import (
 // Config.QueueTimeout is zero.
 const DefaultQueueTimeout = 300 * time.Second
 
+// ColdStartMax is the longest a lane stays cold (Config.ColdStart) when it
+// hears nothing from its gateway: long enough for a slow first answer's
+// first byte, short beside the 300 s a hung call may take to time out.
+const ColdStartMax = 30 * time.Second
+
 // agingStep is how long a waiter waits before its class rises one step.
 // It is a constant, not a setting (ADR-0115 D6).
 const agingStep = 60 * time.Second
@@ -80,8 +85,12 @@ type Config struct {
 
 	// ColdStart makes every new lane grant one call at a time until it
 	// has heard from its gateway: the first answer's rate-limit headers
-	// (RecordLimits), its first byte (RecordFirstByte) or the end of the
-	// first call, whichever comes first. A lane that follows the
+	// (RecordLimits), its first byte (RecordFirstByte) or the end of an
+	// exchange that got an answer (RecordExchange with a Status),
+	// whichever comes first, and at the latest ColdStartMax after the lane
+	// was made: a call that ends without an answer (its caller gave up,
+	// the connection failed) tells the lane nothing, and a first call
+	// that hangs keeps it at one call for no longer. A lane that follows the
 	// provider's headers with no budget otherwise sends its first
 	// MaxInflight calls blind, and those past the provider's minute are
 	// answered 429. It costs each new lane one answer's first byte. With

@@ -174,6 +174,9 @@ func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 	now := l.clock.Now()
 	ln.stats.Exchange(now, int(x.Outcome), x.Retry, x.Duration, x.Outcome.IsUpstreamError())
 	ln.touchLocked(now)
+	if x.Status != 0 {
+		ln.warmLocked() // an answer: the lane has heard from its gateway
+	}
 	if cfg := l.cfg.Load(); cfg.Adaptive != nil && x.isLoss() {
 		ln.adaptLocked(cfg)
 		before := ln.adapt.Limit()

@@ -62,6 +62,9 @@ type lane struct {
 	// cold is set while a lane made under Config.ColdStart has not heard
 	// from its gateway: it grants one call at a time (effLocked).
 	cold   bool
+	// coldUntil is when a cold lane warms if it has heard nothing by
+	// then (ColdStartMax).
+	coldUntil time.Time
 	seq    uint64
 	since  time.Time // when the queue last became non-empty: saturation
 	busyAt time.Time // while the queue is non-empty: busy time counted up to here
@@ -120,6 +123,7 @@ func newLane(lim *Limiter, key string, cfg *Config) *lane {
 	l.touchLocked(lim.clock.Now())
 	l.adaptLocked(cfg)
 	l.cold = cfg.ColdStart
+	l.coldUntil = lim.clock.Now().Add(ColdStartMax)
 	return l
 }
 
@@ -306,8 +310,12 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 		l.liftLocked(l.lim.cfg.Load(), w.t, w.prio.Index(), w.cost)
 	}
 	l.q.push(w)
-	if l.timer == nil || w.deadline.Before(l.timerAt) {
-		l.armLocked(w.deadline)
+	at := w.deadline
+	if l.cold && l.coldUntil.Before(at) {
+		at = l.coldUntil // a cold lane's waiters are granted on when it warms
+	}
+	if l.timer == nil || at.Before(l.timerAt) {
+		l.armLocked(at)
 	}
 }
 
@@ -349,7 +357,13 @@ func (l *lane) expireDue(gen uint64) {
 	}
 	l.timer = nil
 	now := l.lim.clock.Now()
+	if l.cold && !now.Before(l.coldUntil) {
+		l.warmLocked() // heard nothing in ColdStartMax: a hung first call
+	}
 	var next time.Time
+	if l.cold && l.q.n > 0 {
+		next = l.coldUntil
+	}
 	for w := l.q.oldest; w != nil; {
 		after := w.next
 		switch {
@@ -550,7 +564,6 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	h.gen++
 	p, lease := h.prio, h.lease
 	h.lease = nil
-	l.cold = false // a call has ended: the lane has heard from its gateway
 	l.settleLocked(l.lim.cfg.Load(), h)
 	h.open = false
 	if l.tok != nil {
