@@ -61,14 +61,14 @@ type lane struct {
 	eff       Config
 	// cold is set while a lane made under Config.ColdStart has not heard
 	// from its gateway: it grants one call at a time (effLocked).
-	cold   bool
+	cold bool
 	// coldUntil is when a cold lane warms if it has heard nothing by
 	// then (ColdStartMax).
 	coldUntil time.Time
-	seq    uint64
-	since  time.Time // when the queue last became non-empty: saturation
-	busyAt time.Time // while the queue is non-empty: busy time counted up to here
-	stats  stats.Window
+	seq       uint64
+	since     time.Time // when the queue last became non-empty: saturation
+	busyAt    time.Time // while the queue is non-empty: busy time counted up to here
+	stats     stats.Window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
