@@ -302,7 +302,7 @@ func (b *Backend) fallback(ctx context.Context, r limiter.Request, deadline time
 		}
 		return nil, err
 	}
-	l := &lease{b: b, local: &s, class: r.Priority, tenant: tenantOf(r), weight: weightOf(r), lost: make(chan struct{})}
+	l := &lease{b: b, local: &s, class: r.Priority, tenant: tenantOf(r), weight: weightOf(r), tokens: r.Tokens, lost: make(chan struct{})}
 	b.mu.Lock()
 	if !b.isDown { // granted here just as Redis came back: ask Redis instead
 		b.mu.Unlock()

@@ -23,8 +23,9 @@
 --               it), ms (a call has named a tenant: grants are charged from then
 --               on), ex (when every key's expiry was last renewed, ms) and cp (the
 --               cap whose counts i: keeps: see recount), sw (a bound on the earliest
---               lease in h and qx: see sweep), pu (until when pv may bind, ms) and
---               pr (when idle tenants were last looked for, ms: see forget)
+--               lease in h and qx: see sweep), pu (until when pv may bind, ms),
+--               pr (when idle tenants were last looked for, ms: see forget) and rc
+--               (a reclaim emptied the bucket after a restart: see op reclaim)
 --   10 t  HASH  the tenants' shares: v:NAME service (slot-seconds, or tokens, per
 --               unit of weight), p:NAME the part of it charged to calls in flight,
 --               e:NAME the mean slot-time of its calls (s), i:NAME its slots held
@@ -120,16 +121,18 @@ end
 -- never earlier than the truth), kept in the lane's meta key so that INFO
 -- runs once per lane rather than once per call; the key goes with a
 -- restart, and the estimate is made again.
-local function quiet()
-  if quietness == nil then
-    local boot = tonumber(meta.boot or '')
-    if not boot then
-      local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
-      boot = now - up * 1000
-      wr('HSET', M, 'boot', boot)
-    end
-    quietness = now < boot + ttl
+local function serverStart()
+  local boot = tonumber(meta.boot or '')
+  if not boot then
+    local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+    boot = now - up * 1000
+    wr('HSET', M, 'boot', boot)
+    meta.boot = boot
   end
+  return boot
+end
+local function quiet()
+  if quietness == nil then quietness = now < serverStart() + ttl end
   return quietness
 end
 
@@ -608,17 +611,19 @@ local function smallest()
   end
   return s
 end
-local function ratio(tenant)
-  local v = redis.call('HGET', T, 'o:' .. tenant)
+-- ratio returns tenant's ratio (o:), faded to now; v is the field's value
+-- if the caller has read it already (false: there is none).
+local function ratio(tenant, v)
+  if v == nil then v = redis.call('HGET', T, 'o:' .. tenant) end
   if not v then return 1 end
   local f = fields(v, 2)
   local r, at = tonumber(f[1]), tonumber(f[2])
   if r <= 1 then return 1 end
   return 1 + (r - 1) * 2 ^ (-(now - at) / halfLife)
 end
-local function calibrate(tenant, cost, new)
+local function calibrate(tenant, cost, new, own)
   if cost <= 0 then return cost end
-  local f = ratio(tenant)
+  local f = ratio(tenant, own)
   if new then f = math.max(f, ratio('+')) end -- a newcomer: the newcomers' record
   if f <= 1 then return cost end -- none of its calls ran past its estimate
   local ceiling = smallest()
@@ -811,9 +816,15 @@ function ops.acquire()
     -- Larger than the provider's whole limit: it could never be served.
     return {'too_large', '', pl}
   end
-  local new = newcomer(tenant)
+  -- Whether it is a newcomer, and its record of under-estimates, in one
+  -- read (the default tenant is never a newcomer).
+  local new, own = false, nil
+  if tenant ~= 'default' then
+    local r = redis.call('HMGET', T, 'j:' .. tenant, 'o:' .. tenant)
+    new, own = not r[1], r[2]
+  end
   if new then forget(tenant) end
-  local cost = calibrate(tenant, base, new)
+  local cost = calibrate(tenant, base, new, own)
   if meta.lane ~= ARGV[A + 4] then wr('HSET', M, 'lane', ARGV[A + 4]) end
   if tenant ~= 'default' and not measuredNow then
     wr('HSET', M, 'ms', 1)
@@ -1099,14 +1110,25 @@ end
 function ops.reclaim()
   local out
   -- ARGV A+1 class, +2 process, +3 force (1 or 0), +4 id suffix, +5 tenant,
-  -- +6 its weight: a slot for a call already running (its lease was lost
-  -- with a restarted store, or it ran on local lanes while the store was
-  -- down).
+  -- +6 its weight, +7 its estimate (tokens; '' or 0: none): a slot for a
+  -- call already running (its lease was lost with a restarted store, or it
+  -- ran on local lanes while the store was down). Its estimate is taken
+  -- from the budget again. Within a minute of the server's start (a
+  -- restart: the store forgot the calls running, and what the minute
+  -- before took), the first reclaim empties the bucket before: a store
+  -- back empty grants at most one bucket in its first minute, where a
+  -- full one on top of the minute before let two in.
   local c = tonumber(ARGV[A + 1])
+  local call = tonumber(ARGV[A + 7] or '') or 0
   local n, others = counts()
   if ARGV[A + 3] == '1' or quiet() or (queued() == 0 and fits(c, n, others)) then
     local id, seq = newid(ARGV[A + 4])
-    hold(id, c, ARGV[A + 5], tonumber(ARGV[A + 6]), ARGV[A + 2], nil, nil, nil, seq)
+    local l = level()
+    if l ~= nil and now - serverStart() < 60000 and redis.call('HEXISTS', M, 'rc') == 0 then
+      setLevel(math.min(l, 0))
+      wr('HSET', M, 'rc', now)
+    end
+    hold(id, c, ARGV[A + 5], tonumber(ARGV[A + 6]), ARGV[A + 2], nil, call, call, seq)
     out = id
   else
     out = false

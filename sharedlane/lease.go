@@ -17,6 +17,9 @@ type lease struct {
 	class  limiter.Priority
 	tenant string  // the call's tenant, and its weight: a reclaimed slot
 	weight float64 // is charged to it as the first was
+	// tokens is its call's estimate, or its use once settled: what a
+	// reclaimed slot takes from the budget. Guarded by b.mu.
+	tokens int64
 	local  *limiter.Slot
 	// occupied is a fallback slot taken for this shared slot while Redis
 	// is down, so that the fallback lanes count the calls still running.
@@ -42,7 +45,11 @@ func (l *lease) Lost() <-chan struct{} { return l.lost }
 // cannot reach Redis is lost: the estimate stays charged, the safe side.
 // Off Redis (on the fallback lanes), the local slot settles.
 func (l *lease) Settle(u limiter.Usage) {
-	if local := l.report("settle", max(0, u.Prompt)+max(0, u.Completion)); local != nil {
+	used := max(0, u.Prompt) + max(0, u.Completion)
+	l.b.mu.Lock()
+	l.tokens = used
+	l.b.mu.Unlock()
+	if local := l.report("settle", used); local != nil {
 		local.Settle(u)
 	}
 }
@@ -131,7 +138,7 @@ func (l *lease) Release() {
 // hold registers a slot granted in Redis, whose lease was last renewed by
 // a call sent at renewed.
 func (b *Backend) hold(lk *laneKeys, id string, r limiter.Request, renewed time.Time) *lease {
-	l := &lease{b: b, class: r.Priority, tenant: tenantOf(r), weight: weightOf(r), lost: make(chan struct{}), lk: lk, id: id}
+	l := &lease{b: b, class: r.Priority, tenant: tenantOf(r), weight: weightOf(r), tokens: r.Tokens, lost: make(chan struct{}), lk: lk, id: id}
 	b.mu.Lock()
 	l.deadline = renewed.Add(b.margin())
 	b.leases[lk.tag+" "+id] = l
@@ -305,14 +312,14 @@ func (b *Backend) reclaim(l *lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.LeaseTTL/3)
 	defer cancel()
 	b.mu.Lock()
-	lk, old := l.lk, l.id
+	lk, old, tokens := l.lk, l.id, l.tokens
 	_, held := b.leases[lk.tag+" "+old]
 	b.mu.Unlock()
 	if !held {
 		return // released since the renewal read it
 	}
 	sent := time.Now()
-	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix, l.tenant, l.weight)
+	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "0", b.suffix, l.tenant, l.weight, tokens)
 	if err != nil && !isScriptError(err) {
 		b.markDown(err) // the deadline decides, as for any lease not renewed
 		return
@@ -399,7 +406,10 @@ func (b *Backend) registerFallbacks(ctx context.Context) bool {
 func (b *Backend) register(ctx context.Context, l *lease) bool {
 	lk := b.keysOf(l.laneName())
 	sent := time.Now()
-	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix, l.tenant, l.weight)
+	b.mu.Lock()
+	tokens := l.tokens
+	b.mu.Unlock()
+	v, err := b.run(ctx, lk, "reclaim", int(l.class.Index()), b.cfg.Process, "1", b.suffix, l.tenant, l.weight, tokens)
 	if err != nil {
 		return false
 	}

@@ -226,3 +226,59 @@ func TestSharedFairSharesByTokens(t *testing.T) {
 	}
 	noResidue(t, r)
 }
+
+// A Redis that restarts empty forgets what the minute before took, and a
+// bucket made afresh on top of it let two minutes' tokens into one (151,000
+// in 40 s on a lane of 60,000 a minute). The process whose call was running
+// takes its slot again (its renewal finds the lease gone), and within a
+// minute of the server's start that reclaim empties the bucket before
+// taking the call's estimate from it: the minute after the restart grants
+// at most one bucket, the running call's included. On a clock the test
+// moves: a call of 50,000 runs across the restart; eight calls of 10,000
+// then wait 60 s for the first of them (the bucket refills from -50,000 at
+// 1,000 a second), where a fresh full bucket granted six at once.
+func TestSharedTokenBudgetRestartedEmpty(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	cfg := limiter.Config{MaxInflight: 16, QueueTimeout: time.Hour, TokensPerMinute: 60_000}
+	a := newProcess(t, r.URL(), "a", cfg, func(c *Config) { c.Clock = clock })
+	cost := func(n int64) context.Context { return limiter.WithTokens(context.Background(), n) }
+	big := a.start(cost(50_000), limiter.Default).wait(t)
+	if big.err != nil {
+		t.Fatal(big.err)
+	}
+	r.Restart()
+	r.WaitUptime(time.Second) // past the quiet time (one lease)
+	rdb := a.b.rdb
+	hkey := a.b.keysOf(lane).keys[0]
+	eventually(t, "the running call's slot taken again", func() bool { return rdb.ZCard(context.Background(), hkey).Val() == 1 })
+	var calls []*call
+	for range 8 {
+		calls = append(calls, a.start(cost(10_000), limiter.Default))
+	}
+	queuedGlobally(t, a, 8)
+	clock.Advance(59 * time.Second)
+	time.Sleep(300 * time.Millisecond) // several polls
+	granted := 0
+	for _, c := range calls {
+		if c.ended() {
+			granted++
+		}
+	}
+	if granted > 0 {
+		t.Fatalf("%d calls of 10,000 granted in the 59 s after the restart, beside the 50,000 running: want none", granted)
+	}
+	clock.Advance(2 * time.Second)
+	if calls[0].wait(t).err != nil {
+		t.Fatal(calls[0].err)
+	}
+	for _, c := range calls[1:] {
+		c.cancel()
+		if c.wait(t); c.err == nil {
+			c.slot.Release()
+		}
+	}
+	calls[0].slot.Release()
+	big.slot.Release()
+}
