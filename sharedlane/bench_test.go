@@ -2,9 +2,12 @@ package sharedlane
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,6 +88,61 @@ func BenchmarkShared(b *testing.B) {
 		}
 		b.ReportMetric((redisCPU(b, r)-cpu0)/float64(b.N)*1000*1000, "redis-cpu-ms/1000calls")
 	})
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprintf("grant/tenants-%d", n), func(b *testing.B) {
+			// A lane of one slot with 100 callers, each acquiring and
+			// releasing in a loop, so that every grant is made with 99
+			// waiting: of one tenant, or of 100 (one each). The script's
+			// mean time per call (INFO commandstats) is what its order
+			// costs with that many tenants to choose from; Redis' CPU per
+			// grant counts the waiters' polls too.
+			be, err := New(Config{URL: r.URL(), Process: fmt.Sprint("g", n), LeaseTTL: 5 * time.Second, Log: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			lim, _ := limiter.New(limiter.Config{MaxInflight: 1, QueueTimeout: time.Minute}, limiter.WithBackend(be))
+			key := fmt.Sprint("grant-", n)
+			var grants atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range 100 {
+				tctx := limiter.WithTenant(ctx, fmt.Sprint("t", i%n))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						s, err := lim.Acquire(tctx, key)
+						if err != nil {
+							continue
+						}
+						grants.Add(1)
+						s.Release()
+					}
+				}()
+			}
+			for grants.Load() < 200 { // every caller queued, the lane warm
+				time.Sleep(time.Millisecond)
+			}
+			r.Do("CONFIG RESETSTAT")
+			b.ResetTimer()
+			cpu0, g0 := redisCPU(b, r), grants.Load()
+			for grants.Load()-g0 < int64(b.N) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.StopTimer()
+			got := grants.Load() - g0
+			b.ReportMetric((redisCPU(b, r)-cpu0)/float64(got)*1000*1000, "redis-cpu-µs/grant")
+			b.ReportMetric(scriptCost(b, r), "script-µs/call")
+			close(stop)
+			wg.Wait()
+		})
+	}
 	b.Run("handover", func(b *testing.B) {
 		// Process a holds the lane's only slot; b waits; a releases, and
 		// the time until b holds it is measured; then the other way round.
@@ -120,6 +178,30 @@ func BenchmarkShared(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	})
+}
+
+// scriptCost returns the mean time lane.lua's calls took in Redis since
+// its statistics were last reset (INFO commandstats: FCALL, or EVALSHA on a
+// Redis without functions), in µs.
+func scriptCost(b *testing.B, r *redistest.Server) float64 {
+	out, err := r.Do("INFO commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\r\n") {
+		for _, cmd := range []string{"cmdstat_fcall:", "cmdstat_evalsha:"} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				for _, kv := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+						f, _ := strconv.ParseFloat(v, 64)
+						return f
+					}
+				}
+			}
+		}
+	}
+	b.Fatal("no script calls in INFO commandstats")
+	return 0
 }
 
 // waitQueuedKey waits until lane key has n waiters (read from Redis).

@@ -40,7 +40,9 @@
 --   11 pv  STRING  the provider's word (op limits: see provider), which expires
 --               when it stops binding: at most two provider windows after it was said
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
--- waiting in class c; q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
+-- waiting in class c; q<c>@@ ZSET of the same tenants by their service (v:), so that
+-- the least served is found in O(log tenants) (see firstIn); q<c>@NAME ZSET of tenant
+-- NAME's waiters of class c, as q<c>.
 -- Tenant names never hold '@'.
 -- ARGV: op, channel, tag, ttl (ms), limit, reserve, aging step (ms), cap per tenant
 -- (0: none), the time (ms; '' for Redis' own, always but in tests), tokens per
@@ -56,8 +58,10 @@
 -- with the budget, with or without one.
 --
 -- Order: package limiter's three steps, on Redis' clock (see its documentation
--- for the charges and the lift, and "The order" below). The tenants of a class
--- are scanned: O(tenants) per grant, bounded by max_tenants.
+-- for the charges and the lift, and "The order" below). Each class keeps its
+-- waiting tenants by service (q<c>@@): the least served is found in O(log
+-- tenants) per grant, and only the tenants tied with it are read for their
+-- heads.
 --
 -- For one lease TTL after Redis starts (or restarts, empty), nothing is
 -- granted: the processes whose calls were running re-register them first
@@ -188,6 +192,13 @@ local function newcomer(tenant)
 end
 
 local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
+local function byService(c) return Q[c + 1] .. '@@' end -- see firstIn
+
+-- reorder moves tenant to its new service vs (a string, as written to v:)
+-- in the classes it waits in.
+local function reorder(tenant, vs)
+  for c = 0, 2 do redis.call('ZADD', byService(c), 'XX', vs, tenant) end
+end
 
 -- tokens reports whether the lane's service is counted in tokens (see t's
 -- tok); toTokens turns it so at the first grant with an estimate, of call:
@@ -205,6 +216,9 @@ local function toTokens(call)
     if p == 'v:' or p == 'p:' then sets[#sets + 1], sets[#sets + 2] = k, 0 end
   end
   wr('HSET', T, unpack(sets))
+  for c = 0, 2 do
+    for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do reorder(tenant, 0) end
+  end
 end
 
 -- The token budget. level returns the bucket's tokens refilled to now, or
@@ -369,7 +383,10 @@ local function unqueue(id)
   local c, tenant = tonumber(f[1]), f[4]
   redis.call('ZREM', Q[c + 1], id)
   redis.call('ZREM', tq(c, tenant), id)
-  if redis.call('ZCARD', tq(c, tenant)) == 0 then redis.call('SREM', Q[c + 1] .. '@', tenant) end
+  if redis.call('ZCARD', tq(c, tenant)) == 0 then
+    redis.call('SREM', Q[c + 1] .. '@', tenant)
+    redis.call('ZREM', byService(c), tenant)
+  end
   redis.call('ZREM', QX, id)
   redis.call('HDEL', QC, id)
   nq = queued() - 1
@@ -410,6 +427,7 @@ local function unhold(id)
           end
         end
         sets[#sets + 1], sets[#sets + 2] = 'v:' .. tenant, exact(vs + used / w - charge)
+        reorder(tenant, sets[#sets])
         sets[#sets + 1], sets[#sets + 2] = 'p:' .. tenant, exact(pending - charge)
         if f[12] == '1' then
           -- A newcomer's first call: the mark is settled as its service is.
@@ -502,18 +520,41 @@ end
 
 -- firstIn returns the waiter served first in class c (steps 2 and 3),
 -- with its tenant's service and pending charges, or nil. The class's
--- tenants are scanned: O(tenants), bounded by max_tenants.
+-- tenants are read in order of service from q<c>@@, a few at a time: the
+-- first not at its cap (nor set aside) has the least service, and those
+-- tied with it have their heads read, to break the tie by arrival.
+-- O(log tenants) per grant but for ties and tenants at their cap.
 local function firstIn(c)
-  local best
-  for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do
-    if not capped(tenant) then
-      local h = head(c, tenant)
-      if h then
-        h.vs, h.pending = num('v:' .. tenant, 0), num('p:' .. tenant, 0)
-        if best == nil or served(h, best) then best = h end
+  local key = byService(c)
+  local least, tied = nil, {}
+  local from = 0
+  while true do
+    local r = redis.call('ZRANGE', key, from, from + 15, 'WITHSCORES')
+    if #r == 0 then break end
+    local done = false
+    for i = 1, #r, 2 do
+      local tenant, vs = r[i], tonumber(r[i + 1])
+      if least ~= nil and vs > least then
+        done = true
+        break
+      end
+      if not capped(tenant) then
+        least = vs
+        tied[#tied + 1] = tenant
       end
     end
+    if done then break end
+    from = from + 16
   end
+  local best
+  for _, tenant in ipairs(tied) do
+    local h = head(c, tenant)
+    if h then
+      h.vs = least
+      if best == nil or older(h, best) then best = h end -- tied: by arrival
+    end
+  end
+  if best then best.pending = num('p:' .. best.tenant, 0) end
   return best
 end
 
@@ -539,6 +580,7 @@ local function lift(tenant, c, w, cost)
   if floor and vs < floor then
     vs = floor
     wr('HSET', T, 'v:' .. tenant, exact(floor))
+    reorder(tenant, exact(floor))
   end
   if new then
     local charge = e
@@ -591,6 +633,7 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
     end
     wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest)
     wr('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant, 'j:' .. tenant, now)
+    reorder(tenant, exact(vs + charge))
   else
     -- No one to be fair to: last is not kept (a lift reads service, 0
     -- for every tenant until a call names one).
@@ -842,6 +885,7 @@ function ops.acquire()
     wr('ZADD', Q[c + 1], at, id)
     wr('ZADD', tq(c, tenant), at, id)
     wr('SADD', Q[c + 1] .. '@', tenant)
+    wr('ZADD', byService(c), num('v:' .. tenant, 0), tenant)
     nq = queued() + 1
     wr('ZADD', QX, now + ttl, id)
     leased(now + ttl)
@@ -1185,6 +1229,7 @@ local function expire()
     if queued() > 0 then
       for c = 0, 2 do
         redis.call('PEXPIRE', Q[c + 1] .. '@', ttl * 4)
+        redis.call('PEXPIRE', byService(c), ttl * 4)
         for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do redis.call('PEXPIRE', tq(c, tenant), ttl * 4) end
       end
     end

@@ -188,6 +188,18 @@ func metricRatioGoal(text, name, anchor, unit string, minRatio float64) goal {
 	}}
 }
 
+// metricRatioMaxGoal: name's unit metric is at most maxRatio times anchor's.
+func metricRatioMaxGoal(text, name, anchor, unit string, maxRatio float64) goal {
+	return goal{text, func(res map[string]*result) (string, bool) {
+		a, ok1 := metric(res, name, unit)
+		b, ok2 := metric(res, anchor, unit)
+		if !ok1 || !ok2 {
+			return "not run", false
+		}
+		return fmt.Sprintf("%.1f vs %.1f %s = %.2fx", a, b, unit, a/b), a/b <= maxRatio
+	}}
+}
+
 // metricMaxGoal: name's unit metric is at most max.
 func metricMaxGoal(text, name, unit string, maxV float64) goal {
 	return goal{text, func(res map[string]*result) (string, bool) {
@@ -246,6 +258,8 @@ var goals = []goal{
 		"BenchmarkShared/uncontended/acquire-release-tenants-budget", "BenchmarkShared/uncontended/2xping", 2, 1e9),
 	metricMaxGoal("shared lane with tenants and a budget: Redis CPU per 1,000 calls (reported)",
 		"BenchmarkShared/uncontended/acquire-release-tenants-budget", "redis-cpu-ms/1000calls", 1e9),
+	metricRatioMaxGoal("shared lane: a grant with 100 tenants waiting within 2x of one with a single tenant (lane.lua's time per call, INFO commandstats)",
+		"BenchmarkShared/grant/tenants-100", "BenchmarkShared/grant/tenants-1", "script-µs/call", 2),
 	metricMaxGoal("shared lane: hand-over from a release in one process to the grant in another, p50 (reported)",
 		"BenchmarkShared/handover", "p50-µs", 1e9),
 	metricMaxGoal("shared lane: hand-over p99 (reported)", "BenchmarkShared/handover", "p99-µs", 1e9),
