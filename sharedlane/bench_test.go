@@ -143,6 +143,70 @@ func BenchmarkShared(b *testing.B) {
 			wg.Wait()
 		})
 	}
+	b.Run("mass-cancel-3000", func(b *testing.B) {
+		// 3,000 callers of one process wait for a lane's only slot and
+		// give up at once; meanwhile another client PINGs Redis in a loop.
+		// The PINGs' p99 is what everything else using that Redis sees
+		// while the places are taken back.
+		be, err := New(Config{URL: r.URL(), Process: "mc", LeaseTTL: 5 * time.Second, Log: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer be.Close()
+		lim, _ := limiter.New(limiter.Config{MaxInflight: 1, QueueTimeout: time.Hour}, limiter.WithBackend(be))
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaintNotificationsConfig: noMaint()})
+		defer rdb.Close()
+		held, err := lim.Acquire(ctx, "mass-cancel")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer held.Release()
+		var pings []time.Duration
+		var took time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			cctx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			for range 3000 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if s, err := lim.Acquire(cctx, "mass-cancel"); err == nil {
+						s.Release()
+					}
+				}()
+			}
+			for lim.Snapshot().Lanes[0].Queued < 3000 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			stop := make(chan struct{})
+			pinged := make(chan []time.Duration)
+			go func() {
+				var lat []time.Duration
+				for {
+					select {
+					case <-stop:
+						pinged <- lat
+						return
+					default:
+					}
+					t0 := time.Now()
+					rdb.Ping(ctx)
+					lat = append(lat, time.Since(t0))
+				}
+			}()
+			b.StartTimer()
+			t0 := time.Now()
+			cancel()
+			wg.Wait()
+			took += time.Since(t0)
+			close(stop)
+			pings = append(pings, <-pinged...)
+		}
+		slices.Sort(pings)
+		b.ReportMetric(float64(pings[len(pings)*99/100].Microseconds()), "ping-p99-µs")
+		b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms-to-leave")
+	})
 	b.Run("handover", func(b *testing.B) {
 		// Process a holds the lane's only slot; b waits; a releases, and
 		// the time until b holds it is measured; then the other way round.
