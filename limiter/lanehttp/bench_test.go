@@ -139,10 +139,9 @@ func BenchmarkRoute(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(body.Len()))
 			for b.Loop() {
-				if _, err := lanehttp.ModelOf(body.Bytes()); err != nil {
+				if _, _, err := lanehttp.ModelAndEstimate(body.Bytes(), 1024); err != nil {
 					b.Fatal(err)
 				}
-				_ = lanehttp.EstimateTokens(body.Bytes(), 1024)
 			}
 		})
 	}

@@ -55,10 +55,16 @@ func (e Estimate) Total() int64 {
 // reports. How far off it is shows as the lane's estimate error (the
 // snapshot's tokens.estimate_error_5m).
 func EstimateTokens(body []byte, defaultOutput int64) Estimate {
-	var e Estimate
+	e, _, _ := estimate(body, defaultOutput)
+	return e
+}
+
+// estimate is EstimateTokens, and the value of the body's last "model" key
+// (found: there was one), read on the way.
+func estimate(body []byte, defaultOutput int64) (e Estimate, model []byte, found bool) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return e
+		return e, nil, false
 	}
 	var maxCompletion, maxTokens, maxOutput, n int64 = -1, -1, -1, 1
 	var buf keyBuf
@@ -82,7 +88,10 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 		case "n":
 			i = skipValue(body, i)
 			n = min(max(intValue(body[v:i]), 1), 128)
-		case "model", "stream", "stream_options", "user", "metadata", "response_format", "tool_choice", "reasoning_effort":
+		case "model":
+			i = skipValue(body, i)
+			model, found = body[v:i], true
+		case "stream", "stream_options", "user", "metadata", "response_format", "tool_choice", "reasoning_effort":
 			i = skipValue(body, i) // settings, not prompt
 		default:
 			var t int64
@@ -112,7 +121,7 @@ func EstimateTokens(body []byte, defaultOutput int64) Estimate {
 	} else {
 		e.Output = out * n
 	}
-	return e
+	return e, model, found
 }
 
 // scanValue returns the index just past the JSON value that starts at

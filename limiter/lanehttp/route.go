@@ -76,26 +76,25 @@ func (e *RequestError) Error() string {
 
 func (e *RequestError) Unwrap() error { return e.Err }
 
-// readModel reads a model call's body (up to limit bytes) and returns it
-// with the model it names. A declared length over the limit is refused
-// without reading; otherwise memory grows with the bytes that actually
-// arrive, never with what the request declares.
-func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
+// readBody reads a model call's body (up to limit bytes). A declared
+// length over the limit is refused without reading; otherwise memory
+// grows with the bytes that actually arrive, never with what the request
+// declares.
+func readBody(body io.Reader, length, limit int64) ([]byte, error) {
 	if body == nil || body == http.NoBody {
-		return nil, "", ErrNotJSON
+		return nil, ErrNotJSON
 	}
 	if length > limit {
-		return nil, "", ErrBodyTooLarge
+		return nil, ErrBodyTooLarge
 	}
 	b, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, "", ErrBodyTooLarge
+		return nil, ErrBodyTooLarge
 	}
-	model, err := ModelOf(b)
-	return b, model, err
+	return b, nil
 }
 
 // ModelOf returns the "model" of a JSON object, or an error wrapping
@@ -106,26 +105,21 @@ func readModel(body io.Reader, length, limit int64) ([]byte, string, error) {
 // It validates with json.Valid and then walks only the object's top-level
 // keys, so that finding the model costs no allocation beyond the string.
 func ModelOf(body []byte) (string, error) {
-	if !json.Valid(body) {
-		var v any
-		err := json.Unmarshal(body, &v) // only to say what is wrong
-		return "", fmt.Errorf("%w: %v", ErrNotJSON, err)
-	}
-	i := skipSpace(body, 0)
-	if body[i] != '{' {
-		return "", ErrNotJSON
+	if err := validObject(body); err != nil {
+		return "", err
 	}
 	var model []byte
 	found := false
-	for i = skipSpace(body, i+1); body[i] != '}'; {
+	var buf keyBuf
+	for i := skipSpace(body, skipSpace(body, 0)+1); body[i] != '}'; {
 		k := i
 		i = skipString(body, i)
-		key := body[k:i]
+		key := keyName(body[k:i], &buf)
 		i = skipSpace(body, i)
 		i = skipSpace(body, i+1) // the colon
 		v := i
 		i = skipValue(body, i)
-		if isKey(key, "model") {
+		if string(key) == "model" {
 			model, found = body[v:i], true
 		}
 		i = skipSpace(body, i)
@@ -133,6 +127,38 @@ func ModelOf(body []byte) (string, error) {
 			i = skipSpace(body, i+1)
 		}
 	}
+	return modelName(model, found)
+}
+
+// modelAndEstimate returns what ModelOf and EstimateTokens return for
+// body, walking it once: the transport's way, so that a body is validated
+// once and its keys read once, whatever it holds.
+func modelAndEstimate(body []byte, defaultOutput int64) (string, Estimate, error) {
+	if err := validObject(body); err != nil {
+		return "", Estimate{}, err
+	}
+	e, model, found := estimate(body, defaultOutput)
+	m, err := modelName(model, found)
+	return m, e, err
+}
+
+// validObject checks that body is valid JSON and an object: the walks
+// below read only that.
+func validObject(body []byte) error {
+	if !json.Valid(body) {
+		var v any
+		err := json.Unmarshal(body, &v) // only to say what is wrong
+		return fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
+	if body[skipSpace(body, 0)] != '{' {
+		return ErrNotJSON
+	}
+	return nil
+}
+
+// modelName returns the model named by the JSON value model (found: the
+// key was there), or ErrNoModel.
+func modelName(model []byte, found bool) (string, error) {
 	if !found || len(model) < 3 || model[0] != '"' { // absent, null, not a string, or ""
 		return "", ErrNoModel
 	}
@@ -144,13 +170,6 @@ func ModelOf(body []byte) (string, error) {
 		return "", ErrNoModel
 	}
 	return m, nil
-}
-
-// isKey reports whether the JSON string key (quotes included) is name, a
-// short ASCII name.
-func isKey(key []byte, name string) bool {
-	var buf keyBuf
-	return string(keyName(key, &buf)) == name
 }
 
 // keyBuf holds a key that keyName decoded: the names the package looks

@@ -65,4 +65,11 @@ func checkModel(t *testing.T, body []byte) {
 	if got != want || !errors.Is(err, werr) || (err == nil) != (werr == nil) {
 		t.Fatalf("ModelOf(%q) = %q, %v; encoding/json says %q, %v", body, got, err, want, werr)
 	}
+	// The transport's one walk finds the same model and the estimate the
+	// estimate's own walk finds.
+	m, e, err2 := lanehttp.ModelAndEstimate(body, 1024)
+	if m != got || (err2 == nil) != (err == nil) || (err == nil && e != lanehttp.EstimateTokens(body, 1024)) {
+		t.Fatalf("ModelAndEstimate(%q) = %q, %+v, %v; ModelOf and EstimateTokens say %q, %+v, %v",
+			body, m, e, err2, got, lanehttp.EstimateTokens(body, 1024), err)
+	}
 }

@@ -236,14 +236,22 @@ func (t *Transport) prepare(req *http.Request) *admission {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
+	out := t.DefaultMaxOutputTokens
+	if out <= 0 {
+		out = DefaultMaxOutputTokens
+	}
 	var model string
 	var err error
 	if b, ok := setBody(req); ok && int64(len(b)) <= limit {
 		a.body = b
-		model, err = ModelOf(b)
 	} else {
-		a.body, model, err = readModel(req.Body, req.ContentLength, limit)
+		a.body, err = readBody(req.Body, req.ContentLength, limit)
 		a.read = true
+	}
+	if err == nil {
+		// Validated once, walked once: the model for the lane and the
+		// estimate for the budget together.
+		model, a.est, err = modelAndEstimate(a.body, out)
 	}
 	if req.Body != nil {
 		req.Body.Close() // a RoundTripper closes the request body, even on error
@@ -262,11 +270,6 @@ func (t *Transport) prepare(req *http.Request) *admission {
 		a.res = NewErrorResponse(req, status, eb)
 		return a
 	}
-	out := t.DefaultMaxOutputTokens
-	if out <= 0 {
-		out = DefaultMaxOutputTokens
-	}
-	a.est = EstimateTokens(a.body, out)
 	a.lane = DefaultLane(req, model)
 	if t.Lane != nil {
 		a.lane = t.Lane(req, model)
