@@ -35,8 +35,9 @@ type lane struct {
 	// tok is the lane's token accounting (see laneTokens); nil until a
 	// call carries an estimate, a budget is set or the provider reports.
 	tok *laneTokens
-	// outputs is what its calls with no output bound wrote lately.
-	outputs outputs
+	// outputs is what its calls with no output bound wrote lately; nil
+	// until one has (a pointer: the ring would make every lane larger).
+	outputs *outputs
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int

@@ -65,7 +65,7 @@ func (o *outputs) add(n int64) {
 
 // bound returns the learned output bound, and whether there is one.
 func (o *outputs) bound() (int64, bool) {
-	if len(o.sorted) < openMinSamples {
+	if o == nil || len(o.sorted) < openMinSamples {
 		return 0, false
 	}
 	return o.sorted[int(math.Ceil(openPercentile*float64(len(o.sorted))))-1], true
@@ -74,7 +74,17 @@ func (o *outputs) bound() (int64, bool) {
 // estimateLocked returns the estimate of the call ctx carries (see
 // WithTokens, WithOpenOutput), and whether it names no output bound.
 func (l *lane) estimateLocked(cfg *Config, ctx context.Context) (int64, bool) {
-	n, o := estimateOf(ctx.Value(tokensKey{}))
+	v := ctx.Value(tokensKey{})
+	if n, ok := v.(int64); ok || v == nil {
+		return max(n, 0), false // small enough to inline: most calls
+	}
+	return l.openEstimateLocked(cfg, v)
+}
+
+// openEstimateLocked is estimateLocked for a value that is not a plain
+// estimate.
+func (l *lane) openEstimateLocked(cfg *Config, v any) (int64, bool) {
+	n, o := estimateOf(v)
 	if o == nil {
 		return n, false
 	}

@@ -302,9 +302,11 @@ func (l *lane) chargeOf(cfg *Config, t *tenant, cost int64) float64 {
 // tokens (0: none), at now (ns since the origin; read only if the lane
 // measures service).
 func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold, cost int64) {
-	h.t, h.fresh = t, !t.joined
+	h.t = t
 	t.inflight++
-	t.joined = true
+	if !t.joined { // its first grant (h.fresh is false otherwise: see settleLocked)
+		h.fresh, t.joined = true, true
+	}
 	l.tenants.last = t
 	if l.tenants.measured {
 		if cost > 0 && !l.tenants.tokens {

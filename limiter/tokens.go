@@ -443,6 +443,9 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		tk.win.add(l.stats.Current(), u, h.est)
 		l.learnLocked(h, used)
 		if h.open {
+			if l.outputs == nil {
+				l.outputs = new(outputs)
+			}
 			l.outputs.add(u.Completion)
 		}
 	}
