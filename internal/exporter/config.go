@@ -134,7 +134,10 @@ type ProxyConfig struct {
 	TLSHandshakeTimeout   Duration `yaml:"tls_handshake_timeout"`   // default 10 s
 	ResponseHeaderTimeout Duration `yaml:"response_header_timeout"` // default 300 s, from when the slot is held
 	StallTimeout          Duration `yaml:"stall_timeout"`           // default 120 s
-	WriteTimeout          Duration `yaml:"write_timeout"`           // default 120 s: a client that reads nothing for it is cut
+	// ServerTiming adds Server-Timing to every proxied answer (the queue
+	// wait and the time to the upstream's headers); default true.
+	ServerTiming *bool    `yaml:"server_timing"`
+	WriteTimeout Duration `yaml:"write_timeout"` // default 120 s: a client that reads nothing for it is cut
 }
 
 // LimitsConfig bounds what clients can make the exporter hold; a zero

@@ -60,6 +60,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 		Describe:               up.name,
 		Recall:                 s.recall,
 		DefaultMaxOutputTokens: cfg.Limiter.DefaultMaxOutputTokens,
+		ServerTiming:           cfg.Proxy.ServerTiming == nil || *cfg.Proxy.ServerTiming,
 	}
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -55,6 +55,16 @@ type Transport struct {
 	// transport errors.
 	ReturnErrors bool
 
+	// ServerTiming adds a Server-Timing header to every model call's
+	// answer, before any the upstream sent: "lane", its duration the
+	// call's wait for a slot and its description the lane's name (as
+	// Describe gives it), then "upstream", the time from sending to the
+	// upstream's headers; both in ms. A refusal's answer (a queue timeout,
+	// a call larger than the budget) has the wait alone. Browsers' and HTTP
+	// tools' timing views show it, so a caller sees where the time went
+	// without the lane's telemetry.
+	ServerTiming bool
+
 	// Describe names a lane in the errors a client sees (the synthesized
 	// responses); nil means the lane key. A proxy in front of internal
 	// gateways can name the upstream instead of its address.
@@ -136,6 +146,7 @@ type admission struct {
 	at   attempt
 	res  *http.Response
 	err  error
+	wait time.Duration // for a slot
 	// taken is set by the round trip that uses the admission, or by
 	// Abandon: whichever comes first owns the slot.
 	taken atomic.Bool
@@ -215,7 +226,10 @@ func (t *Transport) acquire(a *admission, req *http.Request) {
 		}
 	}
 	var err error
-	if a.slot, err = t.Limiter.Acquire(ctx, a.lane); err != nil {
+	start := t.Limiter.Clock().Now()
+	a.slot, err = t.Limiter.Acquire(ctx, a.lane)
+	a.wait = t.Limiter.Clock().Now().Sub(start)
+	if err != nil {
 		t.refuse(a, req, err)
 	}
 }
@@ -225,6 +239,8 @@ func (t *Transport) refuse(a *admission, req *http.Request, err error) {
 	a.at.end(t.Limiter.Clock().Now(), false, false)
 	if a.res = t.refusal(req, a.lane, err); a.res == nil {
 		a.err = err
+	} else if t.ServerTiming {
+		t.serverTiming(a.res.Header, a.lane, a.wait, -1)
 	}
 }
 
@@ -406,6 +422,9 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 		return nil, err
 	}
 
+	if t.ServerTiming {
+		t.serverTiming(res.Header, lane, a.wait, clock.Now().Sub(x.sent))
+	}
 	x.status = res.StatusCode
 	x.stream = strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
 	if pl, ok := RateLimits(res.Header, res.StatusCode, clock.Now()); ok {
