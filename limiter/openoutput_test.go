@@ -56,23 +56,20 @@ func TestOpenOutputLearned(t *testing.T) {
 	}
 	// One long answer in sixteen is past the 90th percentile's reach; one
 	// in five is not.
-	for i := range 64 {
-		c := int64(200)
-		if i%16 == 0 {
-			c = 9000
+	mixed := func(prefix string, every int) {
+		for i := range 64 {
+			c := int64(200)
+			if i%every == 0 {
+				c = 9000
+			}
+			open(fmt.Sprint(prefix, i), c)
 		}
-		open(fmt.Sprint("m", i), c)
 	}
+	mixed("m", 16)
 	if n := open("m64", 200); n != 210 {
 		t.Fatalf("one long answer in sixteen: estimated at %d, want 10 + 200", n)
 	}
-	for i := range 64 {
-		c := int64(200)
-		if i%5 == 0 {
-			c = 9000
-		}
-		open(fmt.Sprint("l", i), c)
-	}
+	mixed("l", 5)
 	if n := open("l64", 200); n != 9010 {
 		t.Fatalf("one long answer in five: estimated at %d, want 10 + 9,000", n)
 	}

@@ -73,16 +73,8 @@ func rotatorRun(t *testing.T, rotate bool, steps int) map[string]int {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var outstanding, names atomic.Int64
 	call := func(who, tenant string) int {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+"/proxy/gw/chat/completions",
-			strings.NewReader(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"client %s"}],"max_tokens":10}`, who)))
-		req.Header.Set(TenantHeader, tenant)
-		res, err := client.Do(req)
-		if err != nil {
-			return 0
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
+		code, _ := postChat(ctx, client, front.URL, "m", tenant, "client "+who)
+		return code
 	}
 	loop := func(who, tenant string) {
 		defer wg.Done()
@@ -179,17 +171,8 @@ func TestProxyRotatorForgotten(t *testing.T) {
 	t.Cleanup(front.Close)
 	call := func(tenant string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, front.URL+"/proxy/gw/chat/completions",
-			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":10}`))
-		req.Header.Set(TenantHeader, tenant)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("%s: status %d", tenant, res.StatusCode)
+		if code, _ := postChat(context.Background(), http.DefaultClient, front.URL, "m", tenant, "hi"); code != 200 {
+			t.Fatalf("%s: status %d", tenant, code)
 		}
 	}
 	tenants := func() []string {
@@ -233,15 +216,9 @@ func TestProxyTenantSeriesBound(t *testing.T) {
 	t.Cleanup(front.Close)
 	for m := range 3 {
 		for tn := range 6 {
-			req, _ := http.NewRequest(http.MethodPost, front.URL+"/proxy/gw/chat/completions",
-				strings.NewReader(fmt.Sprintf(`{"model":"m%d","messages":[{"role":"user","content":"hi"}],"max_tokens":10}`, m)))
-			req.Header.Set(TenantHeader, fmt.Sprintf("t%d", tn))
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			if code, _ := postChat(context.Background(), http.DefaultClient, front.URL, fmt.Sprint("m", m), fmt.Sprint("t", tn), "hi"); code != 200 {
+				t.Fatalf("model m%d, tenant t%d: status %d", m, tn, code)
 			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
 		}
 	}
 	_, metrics := get(t, front.URL+"/metrics")
@@ -261,45 +238,20 @@ func TestProxyTenantSeriesBound(t *testing.T) {
 	}
 }
 
-// Every proxied answer says where its time went (Server-Timing: the lane's
-// wait and the upstream's time to its headers, before the upstream's own);
-// proxy.server_timing: false turns it off.
-func TestProxyServerTiming(t *testing.T) {
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Server-Timing", "gpu;dur=12")
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[]}`)
-	}))
-	t.Cleanup(gw.Close)
-	for _, c := range []struct {
-		setting string
-		want    string
-	}{
-		{"", `lane;dur=0;desc="gw|m", upstream;dur=`},
-		{"\n  server_timing: false", ""},
-	} {
-		srv := newTestServerWith(t, fmt.Sprintf("limiter: {max_inflight: 2}\nproxy:\n  max_body_bytes: 1048576%s\nupstreams:\n  - {name: gw, base_url: %s/v1}\n", c.setting, gw.URL),
-			Options{Clock: limitertest.NewClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))})
-		front := httptest.NewServer(srv.Handler())
-		res, err := http.Post(front.URL+"/proxy/gw/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		got := res.Header.Values("Server-Timing")
-		front.Close()
-		srv.Shutdown(context.Background())
-		if c.want == "" {
-			if !slices.Equal(got, []string{"gpu;dur=12"}) {
-				t.Fatalf("server_timing off: Server-Timing %q, want the upstream's alone", got)
-			}
-			continue
-		}
-		if len(got) != 2 || !strings.HasPrefix(got[0], c.want) || got[1] != "gpu;dur=12" {
-			t.Fatalf("Server-Timing %q, want %q... then the upstream's", got, c.want)
-		}
+// postChat posts a chat completion of model, saying content, to the proxy at
+// front's upstream gw as tenant (none if ""), and returns its status and
+// headers, its body read and closed; 0 and nil if the request failed.
+func postChat(ctx context.Context, c *http.Client, front, model, tenant, content string) (int, http.Header) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front+"/proxy/gw/chat/completions",
+		strings.NewReader(fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":10}`, model, content)))
+	if tenant != "" {
+		req.Header.Set(TenantHeader, tenant)
 	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, res.Header
 }
