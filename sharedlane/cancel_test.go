@@ -99,11 +99,13 @@ func TestMassCancel(t *testing.T) {
 	t.Parallel()
 	r := startRedis(t)
 	var log logbuf.Buffer
-	// A lease of 5 s: 3,000 goroutines under the race detector can hold
-	// up the renewal of the one slot held for longer than the tests' usual
-	// 1 s, and a lapsed lease hands the slot on.
+	// A lease of 30 s: 3,000 goroutines under the race detector, beside
+	// another copy of the suite (make stress), held up the renewal of the
+	// one slot held past a 5 s lease, and a lapsed lease hands the slot on.
+	// A long lease also makes the last check stronger: a place the cancels
+	// left would still be there, not lapsed.
 	p := newProcess(t, r.URL(), "p", limiter.Config{MaxInflight: 1, QueueTimeout: time.Hour},
-		func(c *Config) { c.Log = slog.New(slog.NewTextHandler(&log, nil)); c.LeaseTTL = 5 * time.Second })
+		func(c *Config) { c.Log = slog.New(slog.NewTextHandler(&log, nil)); c.LeaseTTL = 30 * time.Second })
 	held, err := p.lim.Acquire(context.Background(), lane)
 	if err != nil {
 		t.Fatal(err)
