@@ -1,6 +1,7 @@
 package lanehttp_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,21 +265,22 @@ func FuzzEstimateTokens(f *testing.F) {
 			return
 		}
 		e := lanehttp.EstimateTokens(body, 1024)
-		var v struct {
-			MaxTokens           *json.Number `json:"max_tokens"`
-			MaxCompletionTokens *json.Number `json:"max_completion_tokens"`
-			MaxOutputTokens     *json.Number `json:"max_output_tokens"`
-			N                   *json.Number `json:"n"`
-		}
 		if e.Prompt < 0 || e.Output < 0 {
 			t.Fatalf("EstimateTokens(%q) = %+v", body, e)
 		}
-		if json.Unmarshal(body, &v) != nil {
-			return // a field of another type: encoding/json refuses what the estimate skips
+		// The reference reads the keys exactly, as the gateways do: a
+		// struct would match "mAX_tokens" too (encoding/json folds case).
+		// A key given twice: the last, in both.
+		var v map[string]any
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.UseNumber()
+		if d.Decode(&v) != nil {
+			return
 		}
+		num := func(k string) (json.Number, bool) { x, ok := v[k].(json.Number); return x, ok }
 		bound, n := int64(1024), int64(1)
-		for _, f := range []*json.Number{v.MaxOutputTokens, v.MaxTokens, v.MaxCompletionTokens} {
-			if f != nil {
+		for _, k := range []string{"max_output_tokens", "max_tokens", "max_completion_tokens"} {
+			if f, ok := num(k); ok {
 				if x, err := f.Int64(); err == nil && x >= 0 {
 					bound = x
 				} else if digits(f.String()) {
@@ -286,8 +288,8 @@ func FuzzEstimateTokens(f *testing.F) {
 				}
 			}
 		}
-		if v.N != nil {
-			if x, err := v.N.Int64(); err == nil && x >= 1 {
+		if f, ok := num("n"); ok {
+			if x, err := f.Int64(); err == nil && x >= 1 {
 				n = min(x, 128)
 			}
 		}
