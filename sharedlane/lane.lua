@@ -587,6 +587,7 @@ local function lift(tenant, c, w, cost)
     if tokens() then charge = cost > 0 and cost or num('pc', 0) end
     wr('HSET', T, 'nm', exact(vs + charge / w))
   end
+  return vs
 end
 
 -- hold gives id a slot for tenant's call of class c, charged the
@@ -881,11 +882,14 @@ function ops.acquire()
   else
     local at = now - age
     if queued() == 0 then wr('HSET', M, 'since', now) end
-    if redis.call('EXISTS', tq(c, tenant)) == 0 then lift(tenant, c, w, cost) end
+    if redis.call('EXISTS', tq(c, tenant)) == 0 then
+      -- It starts waiting in class c: lifted, and ordered there by its
+      -- service (a tenant already waiting there is in place).
+      wr('ZADD', byService(c), exact(lift(tenant, c, w, cost)), tenant)
+      wr('SADD', Q[c + 1] .. '@', tenant)
+    end
     wr('ZADD', Q[c + 1], at, id)
     wr('ZADD', tq(c, tenant), at, id)
-    wr('SADD', Q[c + 1] .. '@', tenant)
-    wr('ZADD', byService(c), num('v:' .. tenant, 0), tenant)
     nq = queued() + 1
     wr('ZADD', QX, now + ttl, id)
     leased(now + ttl)
