@@ -218,13 +218,17 @@ func (l *lane) dispatchLocked(now time.Time) {
 			l.q.unpark(t)
 		}
 	}()
+	if l.timer != nil && !l.timerAt.After(now) {
+		l.expireDueLocked(now) // due, and not fired yet: see expireDueLocked
+	}
 	for l.q.n > 0 && !l.lim.closed.Load() {
 		l.settleDrainLocked(cfg)
 		w := l.nextLocked(cfg, l.ns(now))
 		if w == nil {
 			return
 		}
-		if l.tok != nil && l.tok.binds(cfg) {
+		// Off (MaxInflight 0), a lane admits every waiter: no budget either.
+		if l.tok != nil && cfg.MaxInflight > 0 && l.tok.binds(cfg) {
 			if newcomersOut && !w.t.joined && !w.t.parked {
 				// The newcomers' calls are one line for the budgets:
 				// behind a raised one that does not fit, a later one
@@ -348,23 +352,30 @@ func (l *lane) stopTimerLocked() {
 	}
 }
 
-// expireDue ends every wait whose deadline has come, then waits for the
-// next deadline.
+// expireDue is the lane timer's function: it ends the waits that are due
+// (expireDueLocked). A waiter that leaves frees no slot, but the one first
+// in line may have held the line for tokens: with budgets binding, the
+// queue is looked at again.
 func (l *lane) expireDue(gen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if gen != l.timerGen {
 		return // replaced or stopped since it was armed
 	}
-	l.timer = nil
 	now := l.lim.clock.Now()
-	if l.cold && !now.Before(l.coldUntil) {
-		l.warmLocked() // heard nothing in ColdStartMax: a hung first call
-	}
+	l.expireDueLocked(now)
+	l.leftLocked(now)
+}
+
+// expireDueLocked ends every wait whose deadline has come by now, warms a
+// cold lane whose ColdStartMax has passed, and arms the timer for what
+// comes next. The timer's function runs it, and so does dispatchLocked
+// when the timer is due but has not fired yet: at any instant the waits
+// that have reached their deadline end before anyone is granted, whichever
+// of the lane's timers fires first at that instant.
+func (l *lane) expireDueLocked(now time.Time) {
+	l.stopTimerLocked()
 	var next time.Time
-	if l.cold && l.q.n > 0 {
-		next = l.coldUntil
-	}
 	for w := l.q.oldest; w != nil; {
 		after := w.next
 		switch {
@@ -378,8 +389,29 @@ func (l *lane) expireDue(gen uint64) {
 		}
 		w = after
 	}
-	if !next.IsZero() {
+	if l.cold {
+		if !now.Before(l.coldUntil) {
+			l.warmLocked() // heard nothing in ColdStartMax: a hung first call
+		} else if l.q.n > 0 && (next.IsZero() || l.coldUntil.Before(next)) {
+			next = l.coldUntil
+		}
+	}
+	if !next.IsZero() && l.q.n > 0 {
 		l.armLocked(next)
+	}
+}
+
+// leftLocked follows waiters' leaving the queue at now (a cancellation, a
+// queue timeout). Leaving frees no slot, but the call first in line may
+// have held the line because the token budgets had no room for it: the
+// calls behind it may fit now (docs/DESIGN.md, "Token budgets"). It is out
+// of line, for the waiting frame's sake (docs/DESIGN.md, "A queued call's
+// stack").
+//
+//go:noinline
+func (l *lane) leftLocked(now time.Time) {
+	if l.q.n > 0 && l.tok != nil && l.tok.binds(l.lim.cfg.Load()) {
+		l.dispatchLocked(now)
 	}
 }
 
@@ -479,6 +511,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 			l.dequeueLocked(w, now)
 			w.state = canceled
 			w.waited = now.Sub(w.enqueued)
+			l.leftLocked(now)
 		} else {
 			<-w.ready // it ended meanwhile: take the value it was sent
 		}
@@ -539,7 +572,8 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now, l.q.aheadOf(l.ns(now))[w.prio.Index()])
 	w.waited, w.err = e.Waited, e
 	w.end(timedOut)
-	// Removing a waiter frees no slot, so no one else can be granted now.
+	// Removing a waiter frees no slot; expireDue looks at the queue again
+	// if the waiter may have held the line for tokens (leftLocked).
 }
 
 // release gives back the slot of h at generation gen, unless that was

@@ -2,7 +2,10 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
@@ -26,27 +29,31 @@ import (
 // Its calls name no tenant, so it also proves that a lane of one tenant
 // orders them exactly as class, then arrival (the model's order with every
 // tenant's service equal); TestRandomizedTenants draws tenants.
-func TestRandomized(t *testing.T) { randomized(t, false) }
+func TestRandomized(t *testing.T) { randomizedWith(t, false, false) }
 
 // TestRandomizedTenants is TestRandomized with calls of several tenants,
 // fairness settings drawn by reconfigurations (weights, a cap per tenant,
 // a bound on tenants), and the model's tenants' service, in flight and
 // queued compared with the snapshot's after every step.
-func TestRandomizedTenants(t *testing.T) { randomized(t, true) }
+func TestRandomizedTenants(t *testing.T) { randomizedWith(t, true, false) }
 
-func randomized(t *testing.T, tenants bool) {
+func randomizedWith(t *testing.T, tenants, tokens bool) {
 	rapid.Check(t, func(rt *rapid.T) {
 		m := newModel(rt)
-		m.tenants = tenants
+		m.tenants, m.tokens = tenants, tokens
 		defer m.teardown()
-		rt.Repeat(map[string]func(*rapid.T){
+		actions := map[string]func(*rapid.T){
 			"acquire": m.acquire,
 			"release": m.release,
 			"cancel":  m.cancel,
 			"advance": m.advance,
 			"config":  m.config,
 			"":        m.check,
-		})
+		}
+		if tokens {
+			actions["settle"] = m.settleCall
+		}
+		rt.Repeat(actions)
 		m.drain()
 	})
 }
@@ -60,6 +67,7 @@ type mWaiter struct {
 	seq               int
 	deadline          time.Time
 	cancel            context.CancelFunc
+	base, cost        int64 // its estimate as given, and as the lane raised it
 }
 
 type mHeld struct {
@@ -74,6 +82,11 @@ type mHeld struct {
 	slot   *limiter.Slot
 	onLane bool // false for the zero slot of a limiter that was off
 	cancel context.CancelFunc
+	// Tokens: the estimate as given (base) and as granted (est), what it
+	// is charged now (cost: est until settled, then its use), whether it
+	// was settled, and whether its service charge is in tokens.
+	base, est, cost   int64
+	settled, inTokens bool
 }
 
 type mGrant struct {
@@ -103,6 +116,13 @@ type mLane struct {
 	mark   float64
 	swept  bool
 	pruned time.Time
+	// With tokens: the budgets (nil until the lane's first call), the
+	// newcomers' record, whether service is counted in tokens (from the
+	// first estimated grant), and the mean use of a call.
+	tok     *mTok
+	fresh   mOver
+	inTok   bool
+	perCall float64
 }
 
 // mTenant is a tenant's share in the model, computed as package limiter's
@@ -115,11 +135,14 @@ type mTenant struct {
 	inflight        int
 	joined          bool      // granted a call: no longer a newcomer
 	seen            time.Time // its last grant or release, while the lane measures
+	over            mOver     // its record of use over estimate
 }
 
 type model struct {
 	t       *rapid.T
 	tenants bool // calls name tenants
+	tokens  bool // calls carry estimates; configs draw budgets
+	clock   time.Time
 	h       *harness
 	holders *holderCount // the limiter's holders by class, from its events
 	lowered bool         // a reconfiguration may have left more holders than the new limits allow
@@ -132,7 +155,9 @@ type model struct {
 
 func newModel(t *rapid.T) *model {
 	cfg := limiter.Config{MaxInflight: 2, QueueTimeout: 120 * time.Second, InteractiveReserve: 1}
-	m := &model{t: t, h: newHarness(t, cfg), cfg: cfg, lanes: map[string]*mLane{}, holders: &holderCount{n: map[string]*[3]int{}}}
+	// Settled uses beyond a budget are counted bounded and logged: not here.
+	quiet := limiter.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := &model{t: t, h: newHarness(t, cfg, quiet), cfg: cfg, lanes: map[string]*mLane{}, holders: &holderCount{n: map[string]*[3]int{}}, clock: t0}
 	obs := m.holders.observe
 	m.h.onEvent.Store(&obs)
 	return m
@@ -172,11 +197,22 @@ func (c *holderCount) get(lane string) [3]int {
 	return [3]int{}
 }
 
-func (m *model) now() time.Time { return m.h.clock.Now() }
+// now is the model's time: the clock's, or while an advance is simulated,
+// the moment being looked at.
+func (m *model) now() time.Time { return m.clock }
 
 func (m *model) lane(k string) *mLane {
 	if m.lanes[k] == nil {
-		m.lanes[k] = &mLane{tenants: map[string]*mTenant{"default": {joined: true}}, est: 1}
+		ln := &mLane{tenants: map[string]*mTenant{"default": {joined: true}}, est: 1}
+		if m.tokens {
+			// Every call carries an estimate: the lane keeps tokens from
+			// its first call, with a bucket that starts full.
+			ln.tok = &mTok{}
+			if c := float64(m.cfg.TokensPerMinute); c > 0 {
+				ln.tok.on, ln.tok.cap, ln.tok.level, ln.tok.at = true, c, c, m.now()
+			}
+		}
+		m.lanes[k] = ln
 	}
 	return m.lanes[k]
 }
@@ -259,8 +295,9 @@ func (m *model) hasWaiters(k, tenant string, p limiter.Priority) bool {
 // of lane k, to the settled service (less what its calls in flight were
 // charged) of the tenant served next in that class among those waiting
 // there and not at their cap, or with none, of the tenant granted last;
-// a newcomer to at least the lane's mark, which it moves on by its charge.
-func (m *model) lift(k, name string, p limiter.Priority) {
+// a newcomer to at least the lane's mark, which it moves on by its charge
+// (of a call estimated at cost tokens).
+func (m *model) lift(k, name string, p limiter.Priority, cost int64) {
 	ln := m.lane(k)
 	t := ln.tenants[name]
 	var first *mWaiter
@@ -286,8 +323,22 @@ func (m *model) lift(k, name string, p limiter.Priority) {
 		t.vs = max(t.vs, floor)
 	}
 	if !t.joined {
-		ln.mark = t.vs + estOf(ln, t)/m.weight(name)
+		ln.mark = t.vs + m.chargeOf(ln, t, name, cost)
 	}
+}
+
+// chargeOf is what a grant to t of a call estimated at cost tokens is
+// charged, per its weight: in tokens, its estimate; in slot-time, its
+// tenant's mean.
+func (m *model) chargeOf(ln *mLane, t *mTenant, name string, cost int64) float64 {
+	c := estOf(ln, t)
+	if ln.inTok {
+		c = ln.perCall
+		if cost > 0 {
+			c = float64(cost)
+		}
+	}
+	return c / m.weight(name)
 }
 
 // headFirst orders two waiters of one class: by their tenants' service,
@@ -315,11 +366,26 @@ func (m *model) grant(k string, hd *mHeld) {
 	t.joined = true
 	ln.last = hd.tenant
 	if ln.measured {
+		if hd.est > 0 && !ln.inTok {
+			// The first estimated grant turns service to tokens: every
+			// tenant's starts again.
+			ln.inTok, ln.perCall, ln.mark = true, float64(hd.est), 0
+			for _, o := range ln.tenants {
+				o.vs, o.pending = 0, 0
+			}
+		}
 		t.seen = m.now()
-		hd.timed, hd.at = true, int64(m.now().Sub(t0))
-		hd.charge = estOf(ln, t) / m.weight(hd.tenant)
+		hd.timed, hd.at, hd.inTokens = true, int64(m.now().Sub(t0)), ln.inTok
+		hd.charge = m.chargeOf(ln, t, hd.tenant, hd.est)
 		t.vs += hd.charge
 		t.pending += hd.charge
+	}
+	if tk := ln.tok; tk != nil {
+		hd.cost = hd.est
+		tk.inflight += hd.est
+		if tk.on {
+			tk.level = max(-tk.cap, tk.level-float64(hd.est))
+		}
 	}
 	m.held = append(m.held, hd)
 }
@@ -333,13 +399,31 @@ func (m *model) settleRelease(hd *mHeld) {
 	}
 	t := ln.tenants[hd.tenant]
 	t.inflight--
+	if tk := ln.tok; tk != nil {
+		tk.inflight -= hd.est
+	}
 	if hd.timed {
 		t.seen = m.now()
 		d := float64(int64(m.now().Sub(t0))-hd.at) / 1e9
-		t.vs += d/m.weight(hd.tenant) - hd.charge
-		t.pending -= hd.charge
+		dv := 0.0
+		switch {
+		case hd.inTokens != ln.inTok:
+			// charged before the lane turned to tokens: nothing to settle
+		case hd.inTokens:
+			used := ln.perCall
+			if hd.est > 0 {
+				used = float64(hd.cost)
+				ln.perCall += (used - ln.perCall) / 8
+			}
+			dv = used/m.weight(hd.tenant) - hd.charge
+			t.pending -= hd.charge
+		default:
+			dv = d/m.weight(hd.tenant) - hd.charge
+			t.pending -= hd.charge
+		}
+		t.vs += dv
 		if hd.fresh {
-			ln.mark += d/m.weight(hd.tenant) - hd.charge
+			ln.mark += dv
 		}
 		t.served += d
 		e := estOf(ln, t)
@@ -366,9 +450,18 @@ func rank(w *mWaiter, now time.Time) limiter.Priority {
 // while a slot is free, the best waiter in serving order that may take it.
 // Calls whose own class is not interactive may hold at most MaxInflight
 // minus the reserve slots at once; interactive calls any free slot.
+//
+// With token budgets, the waiter picked is granted only when the budgets
+// have room for it; if not, it holds the line (the look is asked for again
+// when the bucket will have room), unless the lane raised its estimate:
+// then its tenant is set aside for this dispatch and the others' calls go
+// on, and once a newcomer's was, the later newcomers are set aside too.
+// With the limiter off (MaxInflight 0) every waiter is admitted.
 func (m *model) dispatch(k string) []string {
 	var got []string
 	now, ln := m.now(), m.lane(k)
+	aside := map[string]bool{}
+	newcomersOut := false
 	for {
 		free := m.cfg.MaxInflight - ln.inflight
 		if m.cfg.MaxInflight > 0 && free <= 0 {
@@ -377,7 +470,7 @@ func (m *model) dispatch(k string) []string {
 		onlyInteractive := m.cfg.MaxInflight > 0 && ln.others >= m.cfg.MaxInflight-m.cfg.Reserve()
 		var eligible []*mWaiter
 		for _, w := range m.waiters {
-			if w.lane == k && (!onlyInteractive || w.prio == limiter.Interactive) && !m.capped(k, w.tenant) {
+			if w.lane == k && (!onlyInteractive || w.prio == limiter.Interactive) && !m.capped(k, w.tenant) && !aside[w.tenant] {
 				eligible = append(eligible, w)
 			}
 		}
@@ -385,12 +478,35 @@ func (m *model) dispatch(k string) []string {
 		if pick == nil {
 			break
 		}
+		if ln.tok != nil && m.budgeted() && m.cfg.MaxInflight > 0 {
+			t := ln.tenants[pick.tenant]
+			if newcomersOut && !t.joined {
+				aside[pick.tenant] = true
+				continue
+			}
+			if ok, wake := m.fits(ln.tok, pick.cost); !ok {
+				if !wake.IsZero() {
+					ln.tok.wake(wake)
+				}
+				if pick.cost > pick.base {
+					aside[pick.tenant] = true
+					newcomersOut = newcomersOut || !t.joined
+					continue
+				}
+				break
+			}
+		}
 		m.removeWaiter(pick)
 		ln.grants = append(ln.grants, mGrant{at: now, wait: now.Sub(pick.enqueued)})
-		m.grant(k, &mHeld{id: pick.id, lane: k, tenant: pick.tenant, prio: pick.prio, onLane: true, cancel: pick.cancel})
+		m.grant(k, &mHeld{id: pick.id, lane: k, tenant: pick.tenant, prio: pick.prio, onLane: true, cancel: pick.cancel, base: pick.base, est: pick.cost})
 		got = append(got, pick.id)
 	}
 	return got
+}
+
+// slotFits reports whether a call of class p may take a slot of lane ln now.
+func (m *model) slotFits(ln *mLane, p limiter.Priority) bool {
+	return ln.inflight < m.cfg.MaxInflight && (p == limiter.Interactive || ln.others < m.cfg.MaxInflight-m.cfg.Reserve())
 }
 
 // pick returns the waiter served first among ws, in three steps: the class
@@ -464,11 +580,18 @@ func (m *model) acquire(t *rapid.T) {
 	if m.tenants {
 		name = rapid.SampledFrom([]string{"", "a", "a", "b", "c", "other"}).Draw(t, "tenant")
 	}
+	var base int64
+	if m.tokens {
+		base = drawEstimate(t)
+	}
 	m.n++
 	id := fmt.Sprintf("c%d", m.n)
 	ctx, cancel := context.WithCancel(context.Background())
 	if name != "" {
 		ctx = limiter.WithTenant(ctx, name)
+	}
+	if base > 0 {
+		ctx = limiter.WithTokens(ctx, base)
 	}
 	now := m.now()
 	arrival := now
@@ -485,39 +608,76 @@ func (m *model) acquire(t *rapid.T) {
 		return
 	}
 	tn := m.tenant(k, name)
-	w := &mWaiter{id: id, lane: k, tenant: tn, prio: p, arrival: arrival, enqueued: now, seq: m.seq, deadline: now.Add(m.cfg.QueueTimeout), cancel: cancel}
+	ml := m.lane(k)
+	cost := base
+	if base > 0 {
+		cost = m.calibrate(ml, ml.tenants[tn], base)
+	}
+	w := &mWaiter{id: id, lane: k, tenant: tn, prio: p, arrival: arrival, enqueued: now, seq: m.seq, deadline: now.Add(m.cfg.QueueTimeout), cancel: cancel, base: base, cost: cost}
 	m.seq++
 	var got []string
-	ml := m.lane(k)
-	fits := ml.inflight < m.cfg.MaxInflight && (p == limiter.Interactive || ml.others < m.cfg.MaxInflight-m.cfg.Reserve())
-	if !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k }) && fits && !m.capped(k, tn) {
+	empty := !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k })
+	// In the lane's order: the budgets are looked at only for a call that
+	// a slot would take at once.
+	tokensNow := func() bool {
+		if ml.tok == nil {
+			return true
+		}
+		if m.tooLarge(cost) {
+			return false
+		}
+		ok := !m.budgeted()
+		if !ok {
+			ok, _ = m.fits(ml.tok, cost)
+		}
+		return ok
+	}
+	switch {
+	case empty && m.slotFits(ml, p) && !m.capped(k, tn) && tokensNow():
 		// Granted at once, without joining the queue.
 		ml.grants = append(ml.grants, mGrant{at: now})
-		m.grant(k, &mHeld{id: id, lane: k, tenant: tn, prio: p, onLane: true, cancel: cancel})
+		m.grant(k, &mHeld{id: id, lane: k, tenant: tn, prio: p, onLane: true, cancel: cancel, base: base, est: cost})
 		got = []string{id}
-	} else {
-		if !slices.ContainsFunc(m.waiters, func(o *mWaiter) bool { return o.lane == k }) {
+	case ml.tok != nil && m.tooLarge(cost):
+		// Larger than a whole budget: refused at once.
+		defer cancel()
+		granted, r := m.h.call(ctx, k, id, p)
+		if !granted || !errors.Is(r.err, limiter.ErrTokenBudget) {
+			t.Fatalf("%s (%d tokens, budgets %d/%d): granted at once %v, err %v, want a TokenBudgetError at once", id, cost, m.cfg.TokensPerMinute, m.cfg.MaxInflightTokens, granted, r.err)
+		}
+		return
+	default:
+		if empty {
 			ml.since = now
 		}
 		if !m.hasWaiters(k, tn, p) {
-			m.lift(k, tn, p)
+			m.lift(k, tn, p, cost)
 		}
 		m.waiters = append(m.waiters, w)
 		got = m.dispatch(k)
 	}
-	if len(got) > 1 || (len(got) == 1 && got[0] != id) {
+	self := slices.Contains(got, id)
+	if !m.tokens && (len(got) > 1 || (len(got) == 1 && !self)) {
 		t.Fatalf("model: a newcomer granted %v", got)
 	}
 	granted, r := m.h.call(ctx, k, id, p)
-	if granted != (len(got) == 1) {
-		t.Fatalf("%s (%s, lane %s): granted at once %v (err %v), model says %v", id, p, k, granted, r.err, len(got) == 1)
+	if granted != self {
+		t.Fatalf("%s (%s, lane %s, %d tokens): granted at once %v (err %v), model says %v", id, p, k, cost, granted, r.err, self)
 	}
 	if granted {
 		if r.err != nil || r.slot.Lane() != k {
 			t.Fatalf("%s: err %v lane %q", id, r.err, r.slot.Lane())
 		}
-		m.held[len(m.held)-1].slot = &r.slot
+		for _, hd := range m.held {
+			if hd.id == id {
+				hd.slot = &r.slot
+			}
+		}
 	}
+	// A dispatch may also grant calls that waited: with budgets, the one
+	// first in line may now fit (the bucket refilled), or aging made
+	// another first that does.
+	m.settle(slices.DeleteFunc(got, func(g string) bool { return g == id }), nil)
 }
 
 func (m *model) release(t *rapid.T) {
@@ -549,10 +709,19 @@ func (m *model) cancel(t *rapid.T) {
 	if len(m.waiters) == 0 {
 		t.Skip("no one waits")
 	}
-	w := m.waiters[rapid.IntRange(0, len(m.waiters)-1).Draw(t, "waiter")]
+	m.giveUp(m.waiters[rapid.IntRange(0, len(m.waiters)-1).Draw(t, "waiter")])
+}
+
+// giveUp cancels waiter w's call. With budgets binding, the lane looks at
+// its queue again: w may have held the line for tokens.
+func (m *model) giveUp(w *mWaiter) {
 	m.removeWaiter(w)
 	w.cancel()
-	m.settle(nil, map[string]string{w.id: "context canceled"})
+	var got []string
+	if m.lanes[w.lane].tok != nil && m.budgeted() {
+		got = m.dispatch(w.lane)
+	}
+	m.settle(got, map[string]string{w.id: "context canceled"})
 }
 
 func (m *model) advance(t *rapid.T) {
@@ -560,18 +729,56 @@ func (m *model) advance(t *rapid.T) {
 		60 * time.Second, 119 * time.Second, 301 * time.Second}).Draw(t, "advance")
 	end := m.now().Add(d)
 	ended := map[string]string{}
-	for _, w := range slices.Clone(m.waiters) {
-		if !w.deadline.After(end) {
-			m.removeWaiter(w)
-			ml := m.lane(w.lane)
-			ml.timeouts = append(ml.timeouts, w.deadline)
-			// A queue timeout's whole wait is a wait sample too.
-			ml.grants = append(ml.grants, mGrant{at: w.deadline, wait: w.deadline.Sub(w.enqueued)})
-			ended[w.id] = "no slot after waiting"
+	var granted []string
+	// The moments the lanes look at their queues, in order: deadlines, and
+	// the looks the budgets asked for. At each, the waits that are due end
+	// first, then the queue is looked at if the budgets asked for it or a
+	// waiter left while they bind.
+	for {
+		at, ok := end, false
+		for _, w := range m.waiters {
+			if !w.deadline.After(at) {
+				at, ok = w.deadline, true
+			}
+		}
+		for _, ln := range m.lanes {
+			if tk := ln.tok; tk != nil && !tk.timerAt.IsZero() && !tk.timerAt.After(at) {
+				at, ok = tk.timerAt, true
+			}
+		}
+		if !ok {
+			break
+		}
+		m.clock = at
+		left := map[string]bool{}
+		for _, w := range slices.Clone(m.waiters) {
+			if !w.deadline.After(at) {
+				m.removeWaiter(w)
+				ml := m.lane(w.lane)
+				ml.timeouts = append(ml.timeouts, w.deadline)
+				// A queue timeout's whole wait is a wait sample too.
+				ml.grants = append(ml.grants, mGrant{at: w.deadline, wait: w.deadline.Sub(w.enqueued)})
+				ended[w.id] = "no slot after waiting"
+				left[w.lane] = true
+			}
+		}
+		for _, k := range []string{"L1", "L2"} {
+			ln := m.lanes[k]
+			if ln == nil || ln.tok == nil {
+				continue
+			}
+			fire := !ln.tok.timerAt.IsZero() && !ln.tok.timerAt.After(at)
+			if fire {
+				ln.tok.timerAt = time.Time{}
+			}
+			if fire || left[k] && m.budgeted() {
+				granted = append(granted, m.dispatch(k)...)
+			}
 		}
 	}
+	m.clock = end
 	m.h.clock.Advance(d)
-	m.settle(nil, ended)
+	m.settle(granted, ended)
 }
 
 func (m *model) config(t *rapid.T) {
@@ -590,16 +797,28 @@ func (m *model) config(t *rapid.T) {
 		}
 		cfg.Fairness = &f
 	}
+	if m.tokens {
+		cfg.TokensPerMinute = rapid.SampledFrom([]int64{0, 60, 60, 120}).Draw(t, "tokens_per_minute")
+		cfg.MaxInflightTokens = rapid.SampledFrom([]int64{0, 0, 50}).Draw(t, "max_inflight_tokens")
+	}
 	if err := m.h.lim.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	m.lowered = m.lowered || cfg.MaxInflight < m.cfg.MaxInflight || cfg.MaxInflight-cfg.Reserve() < m.cfg.MaxInflight-m.cfg.Reserve()
 	m.cfg = cfg
 	var got []string
+	ended := map[string]string{}
 	for _, k := range []string{"L1", "L2"} {
+		ln := m.lanes[k]
+		if ln == nil {
+			continue // not made yet: its budgets start with its first call
+		}
+		for _, id := range m.rebudget(ln, k) {
+			ended[id] = "more than the whole"
+		}
 		got = append(got, m.dispatch(k)...)
 	}
-	m.settle(got, nil)
+	m.settle(got, ended)
 }
 
 // check compares the snapshot with the model.
@@ -637,6 +856,9 @@ func (m *model) check(t *rapid.T) {
 			t.Fatalf("lane %s: inflight %d queued %+v, model %d %+v", l.Lane, l.Inflight, l.QueuedByPriority, ml.inflight, q)
 		}
 		m.checkTenants(t, l)
+		if m.tokens {
+			m.checkTokens(t, l)
+		}
 		if l.Limit != m.cfg.MaxInflight || l.Reserve != m.cfg.Reserve() {
 			t.Fatalf("lane %s: limit %d reserve %d, config %+v", l.Lane, l.Limit, l.Reserve, m.cfg)
 		}
@@ -655,7 +877,7 @@ func (m *model) check(t *rapid.T) {
 		// No slot is left free while a waiter that may take it waits: the
 		// model's dispatch has just run, so a waiter left in a lane with a
 		// free slot must be a non-interactive one held back by the cap.
-		if free := m.cfg.MaxInflight - ml.inflight; free > 0 {
+		if free := m.cfg.MaxInflight - ml.inflight; free > 0 && !(m.tokens && m.budgeted()) {
 			for _, w := range m.waiters {
 				if w.lane == l.Lane && !m.capped(l.Lane, w.tenant) && (w.prio == limiter.Interactive || ml.others < m.cfg.MaxInflight-m.cfg.Reserve()) {
 					t.Fatalf("lane %s: %s (%s) waits with %d slots free", l.Lane, w.id, w.prio, free)
@@ -788,10 +1010,7 @@ func (m *model) teardown() {
 // drain ends every call and checks the lanes come back empty.
 func (m *model) drain() {
 	for len(m.waiters) > 0 {
-		w := m.waiters[0]
-		m.removeWaiter(w)
-		w.cancel()
-		m.settle(nil, map[string]string{w.id: "context canceled"})
+		m.giveUp(m.waiters[0])
 	}
 	for _, hd := range m.held {
 		hd.slot.Release()

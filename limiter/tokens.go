@@ -288,7 +288,7 @@ func (c *Config) budgeted() bool { return c.TokensPerMinute > 0 || c.MaxInflight
 // rebudgetLocked applies cfg's budgets to the lane's accounting. A bucket
 // that is turned on starts full, less what the calls in flight are
 // estimated at; one whose size changes keeps its tokens, up to the new
-// size. The calls that no longer fit a whole budget leave the queue with a
+// size (and owes at most the new size). The calls that no longer fit a whole budget leave the queue with a
 // *TokenBudgetError.
 func (l *lane) rebudgetLocked(cfg *Config) {
 	tk := l.tok
@@ -307,8 +307,10 @@ func (l *lane) rebudgetLocked(cfg *Config) {
 	case !b.on:
 		*b = bucket{on: true, cap: c, level: max(0, c-float64(tk.inflight)), at: now}
 	default:
+		// Resized: it keeps its tokens up to the new size, and owes at
+		// most the new size, as a bucket always does (settleTokens).
 		b.refill(now)
-		b.cap, b.level = c, min(b.level, c)
+		b.cap, b.level = c, max(-c, min(b.level, c))
 	}
 	for w := l.q.oldest; w != nil; {
 		next := w.next

@@ -94,6 +94,47 @@ func TestTokensSettleGrantsWaiter(t *testing.T) {
 	a.Release()
 }
 
+// A waiter is never granted at its deadline: when the budget has room for
+// it at the very instant its wait ends, it times out, whichever of the
+// lane's two timers (its deadline, the budget's refill) fires first at that
+// instant. The fake clock runs timers due together in the order they were
+// set; the two cases set them in both orders.
+func TestTokensDeadlineAtTheRefill(t *testing.T) {
+	cfg := budgetCfg(10, 60, 0) // a token a second
+	cfg.QueueTimeout = 30 * time.Second
+	for _, c := range []struct {
+		name             string
+		refillTimerFirst bool
+	}{{"deadline set first", false}, {"refill set first", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, cfg)
+			a := h.takeCost("a", limiter.Default, 60) // the bucket is empty
+			due := 30 * time.Second
+			if c.refillTimerFirst {
+				// g's refill timer is set for 35 s; g leaves, and the
+				// timer stays. h's deadline (35 s) is set after it, and
+				// h's refill (35 s too) keeps it.
+				ctx, cancel := context.WithCancel(costing(35))
+				h.queue(ctx, "L", "g", limiter.Default)
+				cancel()
+				h.expectEnds(map[string]string{"g": "canceled"})
+				h.clock.Advance(5 * time.Second)
+				h.queue(costing(35), "L", "h", limiter.Default)
+			} else {
+				h.queue(costing(30), "L", "h", limiter.Default)
+			}
+			h.clock.Advance(due - time.Nanosecond)
+			h.noneEnded()
+			h.clock.Advance(time.Nanosecond)
+			h.expectEnds(map[string]string{"h": "no slot after waiting"})
+			if l := h.lane("L"); l.Inflight != 1 || l.Queued != 0 {
+				t.Fatalf("inflight %d queued %d, want a's slot alone", l.Inflight, l.Queued)
+			}
+			a.Release()
+		})
+	}
+}
+
 // With the budget spent, the refill goes to the calls in the lane's order:
 // an interactive call first, then by age; the bucket refills at
 // TokensPerMinute per minute.

@@ -1004,6 +1004,10 @@ function ops.cancel()
       out = 'gone' -- or refused as too large: the caller's own end stands
     end
   end
+  -- Leaving frees no slot, but the first in line may have held the line
+  -- because the budgets had no room for it: the calls behind it may fit
+  -- now (package limiter's leftLocked).
+  if type(out) == 'table' and (budgeted or provider() ~= nil) then dispatch() end
   return out
 end
 
@@ -1090,6 +1094,9 @@ function ops.reload()
   redis.call('HDEL', M, 'pl', 'pu')
   pl = 0
   prov, provRead = nil, true
+  -- A bucket made smaller owes at most its new size, as always.
+  local l = level()
+  if l ~= nil and l < -tpm then setLevel(-tpm) end
   local ceiling = smallest()
   local told = {}
   for _, id in ipairs(redis.call('HKEYS', QC)) do

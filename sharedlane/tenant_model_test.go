@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,6 +28,13 @@ import (
 // newcomers' mark, which it moves on by its charge; idle tenants forgotten
 // at a newcomer's call, at most once a minute), written plainly, with
 // lane.lua's arithmetic on the lane's clock in ms.
+//
+// With tokens, every call carries an estimate, and the lane has a
+// tokens_per_minute budget (and in some seeds a max_inflight_tokens): the
+// bucket refills continuously and is written at each grant and settlement,
+// the first in line holds the line while the budgets have no room for it,
+// a settlement gives back what the call did not use, and service is counted
+// in tokens from the first estimated grant (package limiter's rules).
 type tmodel struct {
 	limit, reserve, cap int
 	step                time.Duration // aging
@@ -39,6 +48,42 @@ type tmodel struct {
 	mark                float64          // the newcomers' service
 	pruned              int64            // when idle tenants were last looked for (ms), once swept
 	swept               bool
+
+	tokens      bool
+	tpm, maxtok float64 // the budgets
+	level       float64 // the bucket as last written, at levelAt (ms); full until then
+	levelAt     int64
+	written     bool
+	ti          float64 // the estimates of the calls holding slots
+	inTok       bool    // service in tokens
+	pc          float64 // the mean use of a call
+}
+
+// bucket returns the bucket's tokens at now (ms), as lane.lua's level.
+func (m *tmodel) bucket(now int64) float64 {
+	if !m.written {
+		return m.tpm
+	}
+	return min(m.tpm, m.level+m.tpm*float64(max(0, now-m.levelAt))/60000)
+}
+
+func (m *tmodel) setBucket(l float64, now int64) { m.level, m.levelAt, m.written = l, now, true }
+
+// tokensFit reports whether the budgets have room for a call of cost at now.
+func (m *tmodel) tokensFit(cost float64, now int64) bool {
+	if !m.tokens {
+		return true
+	}
+	if m.maxtok > 0 && m.ti > 0 && m.ti+cost > m.maxtok {
+		return false
+	}
+	return m.bucket(now)+1e-6 >= min(cost, m.tpm)
+}
+
+// settle replaces what c is charged in the bucket with used, at now.
+func (m *tmodel) settle(c *tcall, used float64, now int64) {
+	m.setBucket(max(-m.tpm, min(m.tpm, m.bucket(now)-(used-c.cost))), now)
+	c.cost, c.used = used, used
 }
 
 func (m *tmodel) newcomer(t string) bool {
@@ -86,6 +131,11 @@ type tcall struct {
 	charged bool
 	fresh   bool // its tenant's first grant: its settlement moves the mark
 	real    *call
+	// With tokens: its estimate (est), what it is charged in the bucket
+	// (cost: est until settled, then its use), and what it used, else its
+	// estimate (used); inTok: charged in tokens.
+	est, cost, used float64
+	inTok           bool
 }
 
 func (m *tmodel) weight(t string) float64 {
@@ -203,14 +253,32 @@ func (m *tmodel) hold(c *tcall, now int64) {
 	c.at = now
 	m.last = c.tenant
 	m.held = append(m.held, c)
+	if m.tokens {
+		m.setBucket(max(-m.tpm, m.bucket(now)-c.est), now)
+		m.ti += c.est
+		c.cost, c.used = c.est, c.est
+	}
 	if !m.measured {
 		return
+	}
+	if m.tokens && !m.inTok {
+		// The first estimated grant turns service to tokens.
+		m.inTok, m.pc, m.mark = true, c.est, 0
+		for t := range m.v {
+			m.v[t] = 0
+		}
+		for t := range m.p {
+			m.p[t] = 0
+		}
 	}
 	e, ok := m.e[c.tenant]
 	if !ok {
 		e = m.est
 	}
-	c.charge, c.charged = e/m.weight(c.tenant), true
+	if m.inTok {
+		e = c.est
+	}
+	c.charge, c.charged, c.inTok = e/m.weight(c.tenant), true, m.inTok
 	c.fresh = m.newcomer(c.tenant)
 	m.seen[c.tenant] = now
 	m.v[c.tenant] += c.charge
@@ -219,16 +287,26 @@ func (m *tmodel) hold(c *tcall, now int64) {
 
 func (m *tmodel) unhold(c *tcall, now int64) {
 	m.held = slices.DeleteFunc(m.held, func(o *tcall) bool { return o == c })
+	if m.tokens {
+		m.ti -= c.est
+	}
 	if !c.charged {
 		return
 	}
 	d := float64(max(0, now-c.at)) / 1000
 	m.seen[c.tenant] = now
-	m.v[c.tenant] = m.v[c.tenant] + d/m.weight(c.tenant) - c.charge
-	if c.fresh {
-		m.mark += d/m.weight(c.tenant) - c.charge
+	used := d
+	if c.inTok {
+		used = c.used
+		m.pc += (used - m.pc) / 8
 	}
-	m.p[c.tenant] = m.p[c.tenant] - c.charge
+	if c.inTok == m.inTok {
+		m.v[c.tenant] = m.v[c.tenant] + used/m.weight(c.tenant) - c.charge
+		if c.fresh {
+			m.mark += used/m.weight(c.tenant) - c.charge
+		}
+		m.p[c.tenant] = m.p[c.tenant] - c.charge
+	}
 	le := m.est
 	e, ok := m.e[c.tenant]
 	if !ok {
@@ -238,10 +316,10 @@ func (m *tmodel) unhold(c *tcall, now int64) {
 	m.est = le + (d-le)/8
 }
 
-// lift raises t's service, as it starts waiting in class p, to the
-// settled service of the tenant served next in p, or with none waiting
-// there, of the tenant granted last.
-func (m *tmodel) lift(t string, p limiter.Priority) {
+// lift raises t's service, as it starts waiting in class p with a call
+// estimated at cost, to the settled service of the tenant served next in
+// p, or with none waiting there, of the tenant granted last.
+func (m *tmodel) lift(t string, p limiter.Priority, cost float64) {
 	var first *tcall
 	for _, h := range m.heads() {
 		if h.class == p && (first == nil || m.served(h, first)) {
@@ -270,13 +348,16 @@ func (m *tmodel) lift(t string, p limiter.Priority) {
 		if !has {
 			e = m.est
 		}
+		if m.inTok {
+			e = cost
+		}
 		m.mark = m.v[t] + e/m.weight(t)
 	}
 }
 
 func (m *tmodel) dispatch(now int64) []*tcall {
 	var out []*tcall
-	for c := m.next(now); c != nil; c = m.next(now) {
+	for c := m.next(now); c != nil && m.tokensFit(c.est, now); c = m.next(now) {
 		m.queue = slices.DeleteFunc(m.queue, func(o *tcall) bool { return o == c })
 		m.hold(c, now)
 		out = append(out, c)
@@ -294,16 +375,36 @@ func TestTenantsAgainstModel(t *testing.T) {
 	t.Parallel()
 	r := startRedis(t)
 	for seed := range uint64(20) {
-		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { tenantsAgainstModel(t, r, seed) })
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { tenantsAgainstModel(t, r, seed, false) })
 	}
 }
 
-func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
+// TestTokensAgainstModel is TestTenantsAgainstModel with token budgets:
+// every call carries an estimate, the lane a budget of 600 tokens a minute
+// (and in half the seeds at most 500 in flight); some calls are settled
+// below their estimates before they are released, and the clock's steps
+// refill the bucket, so that waiters are granted as it does (the
+// processes' polls look at the queue on the lane's clock). After each step
+// the grants, the services, the bucket as written and the estimates in
+// flight in Redis are the model's, to the float.
+func TestTokensAgainstModel(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { tenantsAgainstModel(t, r, 100+seed, true) })
+	}
+}
+
+func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64, tokens bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	limit := 1 + rng.IntN(4)
 	weights := map[string]float64{"a": 2}
 	cfg := limiter.Config{MaxInflight: limit, InteractiveReserve: rng.IntN(limit), QueueTimeout: time.Hour,
 		Fairness: &limiter.Fairness{Weights: weights, MaxInflightPerTenant: []int{0, 0, 1, 2}[rng.IntN(4)]}}
+	if tokens {
+		cfg.TokensPerMinute = 600
+		cfg.MaxInflightTokens = []int64{0, 500}[rng.IntN(2)]
+	}
 	clock := limitertest.NewClock(time.Now().Add(time.Hour))
 	prefix := fmt.Sprintf("tmodel%d", seed)
 	// Steps of 1 to 4 s: a waiter ages a class in a few steps.
@@ -330,7 +431,9 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 	rdb.Del(context.Background(), tkey)
 
 	m := &tmodel{step: agingStep, limit: limit, reserve: cfg.Reserve(), cap: cfg.Fairness.MaxInflightPerTenant, weights: weights,
-		v: map[string]float64{}, p: map[string]float64{}, e: map[string]float64{}, est: 1, seen: map[string]int64{}}
+		v: map[string]float64{}, p: map[string]float64{}, e: map[string]float64{}, est: 1, seen: map[string]int64{},
+		tokens: tokens, tpm: float64(cfg.TokensPerMinute), maxtok: float64(cfg.MaxInflightTokens)}
+	mkey := procs[0].b.keysOf(lane).keys[8]
 	nowMs := func() int64 { return clock.Now().UnixMilli() }
 	granted := func(step string, cs []*tcall) {
 		t.Helper()
@@ -374,10 +477,34 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 				t.Fatalf("%s: tenant %s's service %v in Redis (%v), the model's %v", step, tn, got, err, want)
 			}
 		}
+		if !tokens {
+			return
+		}
+		f, err := rdb.HMGet(context.Background(), mkey, "tl", "ta", "ti").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		num := func(v any) float64 {
+			if v == nil {
+				return 0
+			}
+			x, err := strconv.ParseFloat(v.(string), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", step, err)
+			}
+			return x
+		}
+		if (f[0] != nil) != m.written || m.written && (num(f[0]) != m.level || int64(num(f[1])) != m.levelAt) || num(f[2]) != m.ti {
+			t.Fatalf("%s: the bucket in Redis %v at %v, %v in flight; the model's %v at %v (written %v), %v in flight", step, f[0], f[1], f[2], m.level, m.levelAt, m.written, m.ti)
+		}
 	}
 	next := 0
 	for i := range 120 {
 		clock.Advance(time.Duration(1000+rng.IntN(3000)) * time.Millisecond)
+		if tokens {
+			// The bucket refilled: the waiters' polls grant what now fits.
+			granted(fmt.Sprintf("step %d: refill", i), m.dispatch(nowMs()))
+		}
 		switch op := rng.IntN(10); {
 		case op < 5 || len(m.held)+len(m.queue) == 0: // acquire
 			p := rng.IntN(3)
@@ -388,18 +515,22 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 			if tn != "default" {
 				ctx = limiter.WithTenant(ctx, tn)
 			}
+			if tokens {
+				c.est = []float64{50, 100, 200, 400}[rng.IntN(4)]
+				ctx = limiter.WithTokens(ctx, int64(c.est))
+			}
 			step := fmt.Sprintf("step %d: acquire %d (%s, %s, p%d)", i, c.id, c.class, tn, p)
 			if m.newcomer(tn) {
 				m.forget(tn, nowMs())
 			}
 			m.measured = m.measured || tn != "default"
 			var got []*tcall
-			if len(m.queue) == 0 && m.fits(c.class) && !m.capped(tn) {
+			if len(m.queue) == 0 && m.fits(c.class) && !m.capped(tn) && m.tokensFit(c.est, nowMs()) {
 				m.hold(c, nowMs())
 				got = []*tcall{c}
 			} else {
 				if !slices.ContainsFunc(m.queue, func(o *tcall) bool { return o.tenant == tn && o.class == c.class }) {
-					m.lift(tn, c.class)
+					m.lift(tn, c.class, c.est)
 				}
 				m.queue = append(m.queue, c)
 				got = m.dispatch(nowMs())
@@ -412,6 +543,15 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 			check(step)
 		case op < 8 && len(m.held) > 0: // release
 			c := m.held[rng.IntN(len(m.held))]
+			if tokens && c.used == c.est && rng.IntN(2) == 0 {
+				// Settled first, below its estimate: the rest comes back.
+				used := math.Floor(c.est * []float64{0.3, 0.5, 1}[rng.IntN(3)])
+				m.settle(c, used, nowMs())
+				c.real.slot.Settle(limiter.Usage{Prompt: int64(used) / 2, Completion: int64(used) - int64(used)/2})
+				step := fmt.Sprintf("step %d: settle %d at %v", i, c.id, used)
+				granted(step, m.dispatch(nowMs()))
+				check(step)
+			}
 			m.unhold(c, nowMs())
 			c.real.slot.Release()
 			step := fmt.Sprintf("step %d: release %d (%s)", i, c.id, c.tenant)
@@ -425,7 +565,13 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64) {
 			if !errors.Is(c.real.err, context.Canceled) {
 				t.Fatalf("step %d: canceled call %d: %v", i, c.id, c.real.err)
 			}
-			check(fmt.Sprintf("step %d: cancel %d", i, c.id))
+			step := fmt.Sprintf("step %d: cancel %d", i, c.id)
+			if tokens {
+				// It may have held the line for tokens: its leave grants
+				// the calls behind it that fit.
+				granted(step, m.dispatch(nowMs()))
+			}
+			check(step)
 		}
 	}
 	for _, c := range m.queue {

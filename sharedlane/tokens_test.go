@@ -71,6 +71,51 @@ func TestSharedTokenBudget(t *testing.T) {
 	noResidue(t, r)
 }
 
+// When the first in line, held back by the token budget, leaves, the
+// calls behind it that fit are granted then, by the leave itself: the
+// processes here never poll (PollEvery an hour), so a grant can come only
+// from an op that dispatches. Process b's call of 900 waits for the bucket
+// (400 of 1,000 left); a's call of 100 waits behind it; b's caller gives
+// up, and a's call is granted by b's leave (scenario head-leaves.txt).
+func TestSharedHeadLeaves(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	cfg := limiter.Config{MaxInflight: 8, QueueTimeout: time.Hour, TokensPerMinute: 1000}
+	still := func(c *Config) { c.Clock, c.PollEvery, c.LeaseTTL = clock, time.Hour, time.Hour }
+	a, b := newProcess(t, r.URL(), "a", cfg, still), newProcess(t, r.URL(), "b", cfg, still)
+	cost := func(n int64) context.Context { return limiter.WithTokens(context.Background(), n) }
+	// Redis started long ago: no quiet time after its start (a lease's
+	// time, an hour here) holds the grants.
+	if err := a.b.rdb.HSet(context.Background(), a.b.keysOf(lane).keys[8], "boot", clock.Now().Add(-2*time.Hour).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	c1 := a.start(cost(600), limiter.Default).wait(t)
+	if c1.err != nil {
+		t.Fatal(c1.err)
+	}
+	c2 := b.start(cost(900), limiter.Default)
+	queuedGlobally(t, a, 1)
+	c3 := a.start(cost(100), limiter.Default)
+	queuedGlobally(t, b, 2)
+	c2.cancel()
+	if !errors.Is(c2.wait(t).err, context.Canceled) {
+		t.Fatalf("the call that gave up: %v", c2.err)
+	}
+	// Read in Redis, with no op that would dispatch: the leave granted it.
+	// (A place's renewal may also dispatch, within a second; read at once,
+	// the leave's own dispatch is what this sees.)
+	if n, err := a.b.rdb.HLen(context.Background(), a.b.keysOf(lane).keys[3]).Result(); err != nil || n != 0 {
+		t.Fatalf("after the leave: %d waiting (%v), want the call behind it granted by the leave", n, err)
+	}
+	if c3.wait(t).err != nil {
+		t.Fatal(c3.err)
+	}
+	c1.slot.Release()
+	c3.slot.Release()
+}
+
 // The provider's rate-limit headers bind a shared lane in every process,
 // with no budget configured, on a clock the test moves. Process a's call
 // of 600 is answered: 400 of 1,000 remain, reset in 36 s (1,000 a minute).
