@@ -229,6 +229,26 @@ func Detail(prefix string) (dashboard.Dashboard, error) {
 			b.q(`sum by (outcome) (rate(P_llm_upstream_requests_total{SEL}[$__rate_interval]))`, "{{outcome}}"),
 			b.q(`sum(rate(P_llm_upstream_retries_total{SEL}[$__rate_interval]))`, "retries"),
 			b.q(`sum(rate(P_llm_queue_timeouts_total{SEL}[$__rate_interval]))`, "queue timeouts")))
+	// The GenAI conventions' client metrics carry no lane: the lane's model
+	// and server (hidden variables read from $lane) select them, unprefixed.
+	g := qb{prefix, `job=~"$job",instance=~"$instance",gen_ai_request_model="$model",server_address="$server"`}
+	lane := func(name, regex string) *dashboard.QueryVariableBuilder {
+		return dashboard.NewQueryVariableBuilder(name).Datasource(ds).Hide(dashboard.VariableHideHideVariable).
+			Query(dashboard.StringOrMap{String: cog.ToPtr("label_values(" + prefix + `_llm_inflight{job=~"$job",instance=~"$instance",lane="$lane"}, lane)`)}).
+			Regex(regex).Refresh(dashboard.VariableRefreshOnTimeRangeChanged)
+	}
+	d = d.WithVariable(lane("model", `/\|(.+)$/`)).WithVariable(lane("server", `/^[a-zA-Z]+:\/\/([^/:|]+)/`)).
+		WithRow(dashboard.NewRowBuilder("GenAI conventions (gen_ai.client.*: what dashboards written for OpenTelemetry's GenAI conventions read)")).
+		WithPanel(series("Operation duration p90", "gen_ai.client.operation.duration: each call as its caller saw it, its queue wait included, by error.type (none for a success; the project's codes, or the gateway's status).", "s", 12, 8,
+			g.q(`histogram_quantile(0.9, sum by (error_type, le) (rate(gen_ai_client_operation_duration_seconds_bucket{SEL}[$__rate_interval])))`, "{{error_type}}"))).
+		WithPanel(series("Operations by error.type", "Calls per second by error.type, from gen_ai.client.operation.duration's count.", "reqps", 12, 8,
+			g.q(`sum by (error_type) (rate(gen_ai_client_operation_duration_seconds_count{SEL}[$__rate_interval]))`, "{{error_type}}"))).
+		WithPanel(series("Tokens by type", "gen_ai.client.token.usage: input and output tokens per second, from the settled usage.", "short", 8, 8,
+			g.q(`sum by (gen_ai_token_type) (rate(gen_ai_client_token_usage_sum{SEL}[$__rate_interval]))`, "{{gen_ai_token_type}}"))).
+		WithPanel(series("Time to first chunk p90", "gen_ai.client.operation.time_to_first_chunk: streamed calls, from sending to the first chunk.", "s", 8, 8,
+			g.q(`histogram_quantile(0.9, sum by (le) (rate(gen_ai_client_operation_time_to_first_chunk_seconds_bucket{SEL}[$__rate_interval])))`, "p90"))).
+		WithPanel(series("Time per output chunk p90", "gen_ai.client.operation.time_per_output_chunk: streamed calls, each chunk after the first.", "s", 8, 8,
+			g.q(`histogram_quantile(0.9, sum by (le) (rate(gen_ai_client_operation_time_per_output_chunk_seconds_bucket{SEL}[$__rate_interval])))`, "p90")))
 	return d.Build()
 }
 
@@ -252,11 +272,11 @@ func Files(prefix string) (map[string][]byte, error) {
 }
 
 // Substitute gives an expression's Grafana template variables values
-// that match everything ($job, $instance, $lane) and a 1m rate interval, so that
+// that match everything ($job, $instance, $lane, $model, $server) and a 1m rate interval, so that
 // Prometheus or promtool can parse and run it.
 func Substitute(expr string) string {
 	return strings.NewReplacer(`"$job"`, `".*"`, `"$instance"`, `".*"`, `=~"$lane"`, `=~".*"`, `="$lane"`, `=~".*"`,
-		"$__rate_interval", "1m").Replace(expr)
+		`="$model"`, `=~".*"`, `="$server"`, `=~".*"`, "$__rate_interval", "1m").Replace(expr)
 }
 
 // Exprs returns the Prometheus expression of every panel target in a

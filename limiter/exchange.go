@@ -98,6 +98,19 @@ type Exchange struct {
 	RetryAfter time.Duration
 	// Tokens is what the call was estimated at and what it used.
 	Tokens *ExchangeTokens
+	// Began is when the call began, before it waited for its slot (zero
+	// when not known), so that Sent.Add(Duration).Sub(Began) is the call
+	// as its caller saw it, its queue wait included.
+	Began time.Time
+	// Path is the request's URL path: what the call asked for (the
+	// OpenTelemetry bridge names the GenAI operation by it).
+	Path string
+	// Stream is set when the answer was an event stream; Chunks is how
+	// many events it carried, and LastByte the time from sending to the
+	// last read that brought any of its body.
+	Stream   bool
+	Chunks   int64
+	LastByte time.Duration
 }
 
 // ExchangeTokens is what an exchange's call was estimated at, in tokens,

@@ -16,6 +16,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )
 
 // ScopeName is the instrumentation scope of the bridge's tracer and metrics.
@@ -49,6 +50,9 @@ type Bridge struct {
 	lanes map[string]*laneMetrics
 
 	tenants *tenantSeries // guards itself
+
+	providers atomic.Pointer[map[string]string] // base URL → gen_ai.provider.name (SetProviders)
+	genai     genaiTable                        // guards itself
 }
 
 // New returns a bridge. Its metrics reach a reader through Produce
@@ -116,6 +120,7 @@ func (b *Bridge) record(ctx context.Context, ev *limiter.Event) {
 			// A lane that times its callers out must not look fast.
 			m.wait[e.Priority.Index()].record(ctx, seconds(e.Wait), b.now())
 			m.timeouts.Add(1)
+			b.recordGenAIRefusal(ctx, m, e, lanehttp.QueueTimeoutCode)
 		case limiter.Canceled:
 			m.canceled.Add(1)
 		}
@@ -136,6 +141,7 @@ func (b *Bridge) record(ctx context.Context, ev *limiter.Event) {
 				m.estimate.record(ctx, r, b.now())
 			}
 		}
+		b.recordGenAIExchange(ctx, m, e.Lane, x)
 		b.upstreamSpan(ctx, e)
 	}
 }

@@ -40,6 +40,12 @@
 //	p_llm_upstream_retries_total{lane}         counter: retries seen
 //	p_llm_upstream_first_byte_seconds{lane}    histogram
 //
+// The OpenTelemetry GenAI conventions' client metrics
+// (gen_ai.client.operation.duration, gen_ai.client.token.usage and the two
+// chunk timings of streamed calls) are kept the same way and produced
+// apart, by GenAIProducer, so that an exporter may give them their
+// conventional names (genai.go says what each spans).
+//
 // A lane's counters exist, at 0, from its first event, so rate() works
 // before the first failure. A queue-wait sample taken inside a sampled
 // trace becomes its bucket's exemplar, pointing at the call's queue-wait

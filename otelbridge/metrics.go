@@ -54,12 +54,14 @@ type laneMetrics struct {
 	kind     [2]attribute.Set
 	tokens   [2]atomic.Int64
 	estimate histogram
+	genai    genaiBase // the lane's GenAI attributes
 }
 
 func newLaneMetrics(lane string, start time.Time) *laneMetrics {
 	outcomes := limiter.Outcomes()
 	m := &laneMetrics{start: start, lane: attribute.NewSet(attribute.String("lane", lane)),
-		outcome: make([]attribute.Set, len(outcomes)), upstream: make([]atomic.Int64, len(outcomes))}
+		outcome: make([]attribute.Set, len(outcomes)), upstream: make([]atomic.Int64, len(outcomes)),
+		genai: newGenAIBase(lane)}
 	for _, p := range []limiter.Priority{limiter.Interactive, limiter.Default, limiter.Bulk} {
 		m.class[p.Index()] = attribute.NewSet(attribute.String("lane", lane), attribute.String("priority", p.String()))
 		m.wait[p.Index()].init(waitBuckets)
@@ -83,13 +85,12 @@ type histogram struct {
 	counts    []uint64 // len(bounds)+1
 	sum       float64
 	count     uint64
-	exemplars []metricdata.Exemplar[float64] // per bucket; TraceID nil when none
+	exemplars []metricdata.Exemplar[float64] // per bucket, made with the first; TraceID nil when none
 }
 
 func (h *histogram) init(bounds []float64) {
 	h.bounds = bounds
 	h.counts = make([]uint64, len(bounds)+1)
-	h.exemplars = make([]metricdata.Exemplar[float64], len(bounds)+1)
 }
 
 // record counts v; a sampled span in ctx becomes the bucket's exemplar.
@@ -101,6 +102,9 @@ func (h *histogram) record(ctx context.Context, v float64, now time.Time) {
 	h.sum += v
 	h.count++
 	if sc.IsSampled() {
+		if h.exemplars == nil {
+			h.exemplars = make([]metricdata.Exemplar[float64], len(h.bounds)+1)
+		}
 		tid, sid := sc.TraceID(), sc.SpanID()
 		e := &h.exemplars[i]
 		e.Value, e.Time = v, now
@@ -143,11 +147,12 @@ func (b *Bridge) metrics(lane string) *laneMetrics {
 	return m
 }
 
-// forget drops a lane's series.
+// forget drops a lane's series, and the GenAI series only it counted.
 func (b *Bridge) forget(lane string) {
 	b.mu.Lock()
 	delete(b.lanes, lane)
 	b.mu.Unlock()
+	b.genai.forget(lane)
 }
 
 // Produce returns every lane's metrics: the gauges read from the watched
@@ -176,6 +181,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 			m.missed.Store(false)
 		case m.missed.Swap(true): // an event raced the lane's eviction
 			delete(b.lanes, k)
+			b.genai.forget(k) // lock order: b.mu, then genai.mu
 			continue
 		}
 		keys = append(keys, k)

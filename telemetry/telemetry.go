@@ -171,10 +171,17 @@ func New(o Options) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	// The GenAI conventions' client metrics keep their own names, with no
+	// prefix: dashboards written for the conventions find them.
+	genai, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo(),
+		otelprom.WithProducer(b.GenAIProducer()))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithReader(genai)}
 	for _, e := range o.MetricExporters {
 		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(e,
-			sdkmetric.WithProducer(b), sdkmetric.WithProducer(stateProducer{t}))))
+			sdkmetric.WithProducer(b), sdkmetric.WithProducer(stateProducer{t}), sdkmetric.WithProducer(b.GenAIProducer()))))
 	}
 	t.mp = sdkmetric.NewMeterProvider(opts...)
 	return t, nil

@@ -113,9 +113,9 @@ type Upstream struct {
 	// Models, when set, are the only models a call may name: exact ids or
 	// path.Match globs ("protolabs/*"). Others get a 403 model_not_allowed.
 	Models []string `yaml:"models"`
-	// Provider is the GenAI provider its spans name (gen_ai.provider.name:
-	// openai, anthropic, aws.bedrock, ...); "" means openai, or anthropic
-	// for /messages.
+	// Provider is the GenAI provider its spans and GenAI metrics name
+	// (gen_ai.provider.name: openai, anthropic, aws.bedrock, ...); "" means
+	// openai, or anthropic for /messages.
 	Provider string `yaml:"provider"`
 }
 

@@ -208,11 +208,16 @@ func (s *Server) apply(cfg *Config) {
 	_ = s.tel.SetThresholds(cfg.thresholds())
 	ups := make(map[string]*upstream, len(cfg.Upstreams))
 	bases := make(map[string]string, len(cfg.Upstreams))
+	providers := map[string]string{}
 	for _, u := range cfg.Upstreams {
 		ups[u.Name] = s.newUpstream(u, cfg)
 		bases[u.Name] = u.BaseURL
+		if u.Provider != "" {
+			providers[u.BaseURL] = u.Provider
+		}
 	}
 	s.tel.SetUpstreams(bases)
+	s.tel.Bridge().SetProviders(providers)
 	s.ups.Store(&ups)
 	s.cfg.Store(cfg)
 	if old := s.polls.Swap(s.startTargets(cfg.Targets)); old != nil {

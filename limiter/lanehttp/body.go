@@ -21,6 +21,8 @@ type exchange struct {
 	attempt attempt            // for retry recognition
 	cancel  context.CancelFunc // cancels the upstream request
 	sent    time.Time
+	began   time.Time // the acquisition's start
+	path    string    // the request's
 	retry   bool
 	status  int
 	// reqBytes is the request body's size; retryAfter, the response's
@@ -173,6 +175,7 @@ func (x *exchange) finish(o limiter.Outcome) {
 	x.cancel()
 	x.scanMu.Lock()
 	used, fromUsage := x.scan.settle(x.est, x.status, x.stream)
+	chunks := x.scan.events
 	x.scanMu.Unlock()
 	x.slot.Settle(used)
 	x.slot.Release()
@@ -191,5 +194,10 @@ func (x *exchange) finish(o limiter.Outcome) {
 		Duration:   now.Sub(x.sent),
 		RetryAfter: x.retryAfter,
 		Tokens:     &limiter.ExchangeTokens{Estimate: x.est.Total(), Used: used, FromUsage: fromUsage},
+		Began:      x.began,
+		Path:       x.path,
+		Stream:     x.stream,
+		Chunks:     chunks,
+		LastByte:   time.Duration(x.lastRead.Load()),
 	})
 }
