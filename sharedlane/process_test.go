@@ -674,6 +674,10 @@ func TestSharedQueueTimeoutTellsTheGlobalQueue(t *testing.T) {
 	}
 	first := post(a)
 	eventually(t, "a's call queued", func() bool { return a.snapshot(t)["queued"] == float64(1) })
+	// b's call queues 2 s later, so that its own queue timeout comes 2 s
+	// after a's: under make stress, a's leave (and the count it reads)
+	// reached Redis after b's call, queued a few ms after a's, had left.
+	time.Sleep(2 * time.Second)
 	second := post(b)
 	eventually(t, "b's call queued behind it", func() bool { return a.snapshot(t)["queued"] == float64(2) })
 

@@ -3,6 +3,7 @@ package sharedlane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -287,23 +288,54 @@ func TestSharedTokenBudgetRestartedEmpty(t *testing.T) {
 	r := startRedis(t)
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	cfg := limiter.Config{MaxInflight: 16, QueueTimeout: time.Hour, TokensPerMinute: 60_000}
-	a := newProcess(t, r.URL(), "a", cfg, func(c *Config) { c.Clock = clock })
+	// Leases of 10 s on the test's clock, which moves in steps of at most
+	// 9 s, each followed by the renewals: a lease that lapsed in one jump
+	// of the clock was swept before its renewal (under make stress), and
+	// the running call, taken again, was charged again.
+	const ttl = 10 * time.Second
+	a := newProcess(t, r.URL(), "a", cfg, func(c *Config) { c.Clock, c.LeaseTTL = clock, ttl })
+	rdb := a.b.rdb
+	keys := a.b.keysOf(lane).keys
+	hkey, qxkey, mkey := keys[0], keys[2], keys[8]
+	// This Redis started long ago, as far as the first call can tell (no
+	// quiet time before it); after the restart, its quiet time (a lease)
+	// is over, and the restart less than a minute ago.
+	boot := func(ago time.Duration) {
+		if err := rdb.HSet(context.Background(), mkey, "boot", clock.Now().Add(-ago).UnixMilli()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	boot(2 * time.Hour)
 	cost := func(n int64) context.Context { return limiter.WithTokens(context.Background(), n) }
 	big := a.start(cost(50_000), limiter.Default).wait(t)
 	if big.err != nil {
 		t.Fatal(big.err)
 	}
 	r.Restart()
-	r.WaitUptime(time.Second) // past the quiet time (one lease)
-	rdb := a.b.rdb
-	hkey := a.b.keysOf(lane).keys[0]
 	eventually(t, "the running call's slot taken again", func() bool { return rdb.ZCard(context.Background(), hkey).Val() == 1 })
+	boot(ttl + time.Second)
 	var calls []*call
 	for range 8 {
 		calls = append(calls, a.start(cost(10_000), limiter.Default))
 	}
 	queuedGlobally(t, a, 8)
-	clock.Advance(59 * time.Second)
+	advance := func(d time.Duration) {
+		for d > 0 {
+			step := min(d, 9*time.Second)
+			clock.Advance(step)
+			d -= step
+			now := float64(clock.Now().Add(ttl / 2).UnixMilli())
+			eventually(t, "every lease renewed", func() bool {
+				for _, k := range []string{hkey, qxkey} {
+					if n := rdb.ZCount(context.Background(), k, "-inf", fmt.Sprint(now)).Val(); n > 0 {
+						return false
+					}
+				}
+				return true
+			})
+		}
+	}
+	advance(59 * time.Second)
 	time.Sleep(300 * time.Millisecond) // several polls
 	granted := 0
 	for _, c := range calls {
@@ -314,16 +346,32 @@ func TestSharedTokenBudgetRestartedEmpty(t *testing.T) {
 	if granted > 0 {
 		t.Fatalf("%d calls of 10,000 granted in the 59 s after the restart, beside the 50,000 running: want none", granted)
 	}
-	clock.Advance(2 * time.Second)
-	if calls[0].wait(t).err != nil {
-		t.Fatal(calls[0].err)
+	// 61 s: 11,000 tokens: one call of 10,000, whichever the lane's order
+	// puts first (the eight started together), and no second.
+	advance(2 * time.Second)
+	ended := func() (n int, first *call) {
+		for _, c := range calls {
+			if c.ended() {
+				n++
+				first = c
+			}
+		}
+		return n, first
 	}
-	for _, c := range calls[1:] {
-		c.cancel()
-		if c.wait(t); c.err == nil {
-			c.slot.Release()
+	eventually(t, "one call granted at 61 s", func() bool { n, _ := ended(); return n > 0 })
+	time.Sleep(300 * time.Millisecond) // several polls
+	n, first := ended()
+	if n != 1 || first.err != nil {
+		t.Fatalf("%d calls ended at 61 s (the first with %v), want one granted", n, first.err)
+	}
+	for _, c := range calls {
+		if c != first {
+			c.cancel()
+			if c.wait(t); c.err == nil {
+				c.slot.Release()
+			}
 		}
 	}
-	calls[0].slot.Release()
+	first.slot.Release()
 	big.slot.Release()
 }
