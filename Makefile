@@ -44,14 +44,14 @@ NODE_SDK = internal/exporter/testdata/node-sdk
 ## in CI): promtool, from Debian's prometheus package; redis-server and redis-cli, from
 ## Debian's redis-server package, for the shared lanes; haproxy, Debian's, which the
 ## proxy is measured beside (make bench, and a short run in the tests); Node.js and the
-## official OpenAI Node SDK (pinned in $(NODE_SDK)/package-lock.json) for the proxy's
-## retry test
+## official OpenAI and Anthropic Node SDKs (pinned in $(NODE_SDK)/package-lock.json) for the proxy's
+## retry and client tests
 tools:
 	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 	@command -v npm >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm; }
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; }
 	@command -v haproxy >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy; }
-	@test -d $(NODE_SDK)/node_modules/openai || npm ci --prefix $(NODE_SDK) --no-audit --no-fund --loglevel=error
+	@test -d $(NODE_SDK)/node_modules/openai -a -d $(NODE_SDK)/node_modules/@anthropic-ai/sdk || npm ci --prefix $(NODE_SDK) --no-audit --no-fund --loglevel=error
 
 ## e2e: end-to-end tests that need software beyond Go: the status page in Debian's
 ## chromium, and a real Prometheus (Debian's) scraping the exporter, loading the rules

@@ -2,7 +2,10 @@
 // loopback, for the lanes-exporter demo, the incident replay and tests.
 //
 // It answers POST .../chat/completions (streamed or not) with generated
-// tokens. Its capacity is shared among the requests in progress like a
+// tokens, and POST .../messages as Anthropic's Messages API does: its
+// server-sent events, usage as input_tokens and output_tokens, errors as
+// {"type": "error", ...}, and with TokensPerMinute the
+// anthropic-ratelimit-tokens-* headers and a 429 with retry-after. Its capacity is shared among the requests in progress like a
 // processor: up to Capacity requests each get a token every TokenTime; past
 // that, every request slows down in proportion (processor sharing), so
 // latency grows with load as a real gateway's does. Faults can be switched
@@ -208,7 +211,9 @@ func (g *Gateway) draw(c *Config) string {
 }
 
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	anthropic := strings.HasSuffix(path, "/messages")
+	if r.Method != http.MethodPost || !anthropic && !strings.HasSuffix(path, "/chat/completions") {
 		http.Error(w, `{"error":{"message":"not found","type":"invalid_request_error","code":"not_found"}}`, http.StatusNotFound)
 		return
 	}
@@ -218,6 +223,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"bad request","type":"invalid_request_error","code":"invalid_json"}}`, http.StatusBadRequest)
 		return
 	}
+	req.anthropic = anthropic
 	c := g.cfg.Load()
 	g.count(func(s *Stats) {
 		s.Received++
@@ -231,7 +237,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.mu.Unlock()
 		if full {
 			g.count(func(s *Stats) { s.RateLimited++ })
-			writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "parallel request limit reached")
+			req.writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "parallel request limit reached")
 			return
 		}
 	}
@@ -239,11 +245,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch fault {
 	case "429":
 		g.count(func(s *Stats) { s.RateLimited++ })
-		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "simulated rate limit")
+		req.writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "simulated rate limit")
 		return
 	case "5xx":
 		g.count(func(s *Stats) { s.ServerErrors++ })
-		writeError(w, http.StatusBadGateway, "upstream_error", "simulated upstream failure")
+		req.writeError(w, http.StatusBadGateway, "upstream_error", "simulated upstream failure")
 		return
 	case "stall":
 		g.count(func(s *Stats) { s.Stalls++ })
@@ -280,13 +286,19 @@ func (g *Gateway) takeTokens(w http.ResponseWriter, req *request, c *Config) (ch
 	}
 	now := g.now()
 	ok, after := g.tpm.Take(cost, now)
-	g.tpm.SetHeaders(w.Header(), now)
+	if req.anthropic {
+		g.tpm.SetAnthropicHeaders(w.Header(), now)
+	} else {
+		g.tpm.SetHeaders(w.Header(), now)
+	}
 	if !ok {
 		g.st.RateLimited++
 		g.st.TokenLimited++
-		w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, after.Milliseconds()), 10))
+		if !req.anthropic { // Anthropic sends retry-after alone
+			w.Header().Set("retry-after-ms", strconv.FormatInt(max(1, after.Milliseconds()), 10))
+		}
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(after.Seconds()))), 10))
-		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", fmt.Sprintf("Rate limit reached for tokens per min (TPM): Limit %d, Requested %d", c.TokensPerMinute, cost))
+		req.writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", fmt.Sprintf("Rate limit reached for tokens per min (TPM): Limit %d, Requested %d", c.TokensPerMinute, cost))
 		return 0, false
 	}
 	return cost, true
@@ -303,9 +315,19 @@ func (g *Gateway) settleTokens(charged, prompt, sent int64) {
 	}
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
+// writeError answers an error as the request's API does: OpenAI's
+// {"error": {...}}, or Anthropic's {"type": "error", "error": {"type", "message"}}.
+func (r *request) writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	if r.anthropic {
+		kind := "api_error"
+		if status == http.StatusTooManyRequests {
+			kind = "rate_limit_error"
+		}
+		fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%q}}`, kind, msg)
+		return
+	}
 	fmt.Fprintf(w, `{"error":{"message":%q,"type":"server_error","code":%q,"param":null}}`, msg, code)
 }
 
@@ -371,6 +393,10 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request,
 	} else {
 		w.Header().Set("Content-Type", "application/json")
 	}
+	event := func(name, data string) { // an Anthropic stream's event
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+		w.(http.Flusher).Flush()
+	}
 	jitter := time.Duration(0)
 	if c.Jitter > 0 {
 		g.mu.Lock()
@@ -379,6 +405,10 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request,
 	}
 	if !wait(c.FirstTokenAfter(bodyBytes) + jitter + slow()) {
 		return
+	}
+	if stream && req.anthropic {
+		event("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_sim","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":1}}}`, model, prompt))
+		event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
 	}
 	var text strings.Builder
 	for i := 0; i < int(answer); i++ {
@@ -402,7 +432,10 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request,
 			}
 			return
 		}
-		if stream && !gone {
+		switch {
+		case stream && !gone && req.anthropic:
+			event("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%q}}`, tok))
+		case stream && !gone:
 			fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", model, tok)
 			w.(http.Flusher).Flush()
 		}
@@ -411,14 +444,22 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request,
 		return
 	}
 	settle()
-	if stream {
+	switch {
+	case stream && req.anthropic:
+		event("content_block_stop", `{"type":"content_block_stop","index":0}`)
+		event("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, sent))
+		event("message_stop", `{"type":"message_stop"}`)
+	case req.anthropic:
+		fmt.Fprintf(w, `{"id":"msg_sim","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":%d}}`,
+			model, strings.TrimSpace(text.String()), prompt, sent)
+	case stream:
 		fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n", model)
 		if req.StreamOptions.IncludeUsage {
 			fmt.Fprintf(w, "data: {\"id\":\"sim\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", model, prompt, sent, prompt+sent)
 		}
 		fmt.Fprint(w, "data: [DONE]\n\n")
 		w.(http.Flusher).Flush()
-	} else {
+	default:
 		fmt.Fprintf(w, `{"id":"sim","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":%q}}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 			model, strings.TrimSpace(text.String()), prompt, sent, prompt+sent)
 	}

@@ -70,8 +70,21 @@ func (b *TokenLimit) SetHeaders(h http.Header, now time.Time) {
 	h.Set("x-ratelimit-reset-tokens", reset.Round(time.Millisecond).String())
 }
 
-// request is what the gateway reads of a chat completion request.
+// SetAnthropicHeaders writes Anthropic's rate-limit headers for the bucket
+// at now: anthropic-ratelimit-tokens-limit, -remaining and -reset (when it
+// is full again, in RFC 3339).
+func (b *TokenLimit) SetAnthropicHeaders(h http.Header, now time.Time) {
+	rem, reset := b.Remaining(now)
+	h.Set("anthropic-ratelimit-tokens-limit", strconv.FormatInt(b.PerMinute, 10))
+	h.Set("anthropic-ratelimit-tokens-remaining", strconv.FormatInt(rem, 10))
+	h.Set("anthropic-ratelimit-tokens-reset", now.Add(reset).UTC().Format(time.RFC3339))
+}
+
+// request is what the gateway reads of a chat completion request, or of an
+// Anthropic Messages request (anthropic: its max_tokens is the bound, its
+// messages' text contents the prompt).
 type request struct {
+	anthropic           bool
 	Model               string `json:"model"`
 	Stream              bool   `json:"stream"`
 	MaxTokens           *int64 `json:"max_tokens"`
@@ -85,15 +98,24 @@ type request struct {
 }
 
 // PromptTokens is the simulated provider's count of a request's prompt:
-// the bytes of its messages' text contents, 4 a token, rounded up. (A
+// the bytes of its messages' text contents (a string, or text blocks), 4 a
+// token, rounded up. (A
 // client's estimate that counts every string of the body, roles and
 // framing included, is above it.)
 func (r *request) PromptTokens() int64 {
 	n := 0
 	for _, m := range r.Messages {
 		var s string
-		if json.Unmarshal(m.Content, &s) == nil {
+		var blocks []struct {
+			Text string `json:"text"`
+		}
+		switch {
+		case json.Unmarshal(m.Content, &s) == nil:
 			n += len(s)
+		case json.Unmarshal(m.Content, &blocks) == nil: // content blocks, as Anthropic's SDKs send them
+			for _, b := range blocks {
+				n += len(b.Text)
+			}
 		}
 	}
 	return int64((n + 3) / 4)
