@@ -239,6 +239,26 @@ scrape_configs:
 		t.Errorf("no exemplar with trace id %s stored by Prometheus: %+v", traceID, ex.Data)
 	}
 
+	// The GenAI conventions' metrics, under their Prometheus names, no
+	// prefix: the calls' durations with the failing gateway's error_type,
+	// the tokens by type, the streams' chunk timings.
+	for _, q := range []string{
+		`gen_ai_client_operation_duration_seconds_count{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="m",server_address="127.0.0.1"}`,
+		`gen_ai_client_operation_duration_seconds_count{error_type=~"5.."}`,
+		`gen_ai_client_token_usage_sum{gen_ai_token_type="input"}`,
+		`gen_ai_client_token_usage_sum{gen_ai_token_type="output"}`,
+		`gen_ai_client_operation_time_to_first_chunk_seconds_count`,
+		`gen_ai_client_operation_time_per_output_chunk_seconds_count`,
+	} {
+		var r struct {
+			Status string
+			Data   struct{ Result []json.RawMessage }
+		}
+		if err := api("/api/v1/query?query="+url.QueryEscape(q), &r); err != nil || r.Status != "success" || len(r.Data.Result) == 0 {
+			t.Errorf("%s: no series in Prometheus (%v)", q, err)
+		}
+	}
+
 	// Every dashboard query returns data.
 	files, _ := dashboards.Files("llmlanes")
 	for name, b := range files {
