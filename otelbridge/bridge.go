@@ -2,7 +2,6 @@ package otelbridge
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,14 +187,14 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 	}
 	switch e.Kind {
 	case limiter.TimedOut:
-		span.SetAttributes(semconv.ErrorTypeKey.String("lane_queue_timeout"))
+		span.SetAttributes(semconv.ErrorTypeKey.String(lanehttp.QueueTimeoutCode))
 		span.SetStatus(codes.Error, "no lane slot within the queue timeout")
-		call.SetAttributes(semconv.ErrorTypeKey.String("lane_queue_timeout"), attribute.String("llmlanes.outcome", "queue_timeout"))
+		call.SetAttributes(semconv.ErrorTypeKey.String(lanehttp.QueueTimeoutCode), attribute.String("llmlanes.outcome", "queue_timeout"))
 		call.SetStatus(codes.Error, "lane queue timeout")
 	case limiter.Canceled:
 		span.SetAttributes(semconv.ErrorTypeKey.String("canceled"))
 	case limiter.Refused:
-		span.SetAttributes(semconv.ErrorTypeKey.String("lane_shutting_down"))
+		span.SetAttributes(semconv.ErrorTypeKey.String(lanehttp.ShuttingDownCode))
 		span.SetStatus(codes.Error, "the limiter is shutting down")
 	}
 	span.End(trace.WithTimestamp(now))
@@ -242,19 +241,13 @@ func (b *Bridge) upstreamSpan(ctx context.Context, e limiter.Event) {
 	span.End(trace.WithTimestamp(x.Sent.Add(x.Duration)))
 }
 
-// errorType names a failed exchange per the HTTP conventions: the status
-// code for an error response, otherwise a short class.
+// errorType names a failed exchange: with the project's codes (package
+// lanehttp's table), the status of an error answer, or "" for an exchange
+// that did not fail (a success, or a caller that gave up).
 func errorType(x limiter.Exchange) string {
 	switch x.Outcome {
-	case limiter.OutcomeOK, limiter.OutcomeCanceled, limiter.OutcomeClientStall:
+	case limiter.OutcomeCanceled, limiter.OutcomeClientStall:
 		return ""
-	case limiter.OutcomeStall:
-		return "lane_stall"
-	case limiter.OutcomeTransportError:
-		return "transport_error"
 	}
-	if x.Status != 0 {
-		return strconv.Itoa(x.Status)
-	}
-	return x.Outcome.String()
+	return genaiErrorType(x)
 }

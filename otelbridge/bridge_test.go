@@ -279,10 +279,10 @@ func TestStallSpan(t *testing.T) {
 	}
 	spans := byName(t, r.rec.Ended())
 	up, call := spans["llm.upstream"], spans["chat protolabs/smart"]
-	if up == nil || attrs(up)["error.type"].AsString() != "lane_stall" || up.Status().Code != codes.Error {
+	if up == nil || attrs(up)["error.type"].AsString() != "upstream_stall" || up.Status().Code != codes.Error {
 		t.Fatalf("upstream span %v", up)
 	}
-	if attrs(call)["error.type"].AsString() != "lane_stall" {
+	if attrs(call)["error.type"].AsString() != "upstream_stall" {
 		t.Fatalf("call error.type %v", attrs(call)["error.type"])
 	}
 }

@@ -63,7 +63,9 @@
 // server.address, server.port, http.request.method,
 // http.response.status_code, error.type) plus llmlanes.lane,
 // llmlanes.priority, llmlanes.queue.position and llmlanes.outcome. A queue
-// timeout sets error.type "lane_queue_timeout" and a stall "lane_stall".
+// timeout sets error.type "lane_queue_timeout", a stall "upstream_stall" and
+// a gateway out of reach "upstream_unreachable": the codes of package
+// lanehttp's table, which the proxy's answers carry too.
 //
 // # Cost
 //
