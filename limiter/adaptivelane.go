@@ -157,12 +157,6 @@ func adaptiveState(st adaptive.State) *AdaptiveState {
 	return s
 }
 
-// noteLoadLocked tells the controller the lane's calls in flight, after a
-// grant or a release.
-func (l *lane) noteLoadLocked() {
-	l.adapt.Load(l.lim.clock.Now(), l.inflight)
-}
-
 // warmLocked ends the lane's cold start (Config.ColdStart): it has heard
 // from its gateway, and grants up to its limit from now.
 func (l *lane) warmLocked() {

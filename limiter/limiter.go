@@ -29,6 +29,11 @@ type Limiter struct {
 	// mu guards the lanes' membership: creating and evicting a lane, and
 	// the count that Config.MaxLanes bounds. Lookups of existing lanes
 	// (every call) go through the sync.Map without it.
+	//
+	// Lock order: Limiter.mu, then a lane's mu, then the Clock's own (a
+	// fake clock's; the timers' functions run without it held, and take a
+	// lane's mu). No lane's mu is held while calling an Observer, a Backend
+	// or a Lease: those may block, or call back into the limiter.
 	mu     sync.Mutex
 	nlanes int
 	sweep  Timer // the next idle-lane sweep, while there are lanes to sweep
