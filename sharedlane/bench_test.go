@@ -35,6 +35,23 @@ func BenchmarkShared(b *testing.B) {
 		lim, _ := limiter.New(cfg, limiter.WithBackend(be))
 		return be, lim
 	}
+	// mkTenants is mk with the lane's tenants' shares and a token budget at
+	// work: three tenants take turns (ctxs), each call estimated at 100
+	// tokens, under a budget that never binds.
+	mkTenants := func(name string) (*Backend, *limiter.Limiter, [3]context.Context) {
+		tcfg := cfg
+		tcfg.TokensPerMinute = 1 << 40
+		be, err := New(Config{URL: r.URL(), Process: name, LeaseTTL: time.Second, Log: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, _ := limiter.New(tcfg, limiter.WithBackend(be))
+		var ctxs [3]context.Context
+		for i := range ctxs {
+			ctxs[i] = limiter.WithTokens(limiter.WithTenant(context.Background(), "tenant-"+strconv.Itoa(i)), 100)
+		}
+		return be, lim, ctxs
+	}
 	ctx := context.Background()
 
 	b.Run("uncontended/2xping", func(b *testing.B) {
@@ -61,21 +78,9 @@ func BenchmarkShared(b *testing.B) {
 		b.ReportMetric((redisCPU(b, r)-cpu0)/float64(b.N)*1000*1000, "redis-cpu-ms/1000calls")
 	})
 	b.Run("uncontended/acquire-release-tenants-budget", func(b *testing.B) {
-		// The same with the lane's tenants' shares and a token budget at
-		// work: three tenants take turns, each call estimated at 100
-		// tokens, under a budget that never binds.
-		tcfg := cfg
-		tcfg.TokensPerMinute = 1 << 40
-		be, err := New(Config{URL: r.URL(), Process: "t", LeaseTTL: time.Second, Log: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
+		// The same with the lane's tenants' shares and a token budget.
+		be, lim, ctxs := mkTenants("t")
 		defer be.Close()
-		lim, _ := limiter.New(tcfg, limiter.WithBackend(be))
-		var ctxs [3]context.Context
-		for i := range ctxs {
-			ctxs[i] = limiter.WithTokens(limiter.WithTenant(ctx, "tenant-"+strconv.Itoa(i)), 100)
-		}
 		cpu0 := redisCPU(b, r)
 		i := 0
 		for b.Loop() {
@@ -99,18 +104,8 @@ func BenchmarkShared(b *testing.B) {
 		defer rdb.Close()
 		be, lim := mk("i")
 		defer be.Close()
-		tcfg := cfg
-		tcfg.TokensPerMinute = 1 << 40
-		tbe, err := New(Config{URL: r.URL(), Process: "it", LeaseTTL: time.Second, Log: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
+		tbe, tlim, ctxs := mkTenants("it")
 		defer tbe.Close()
-		tlim, _ := limiter.New(tcfg, limiter.WithBackend(tbe))
-		var ctxs [3]context.Context
-		for i := range ctxs {
-			ctxs[i] = limiter.WithTokens(limiter.WithTenant(ctx, "tenant-"+strconv.Itoa(i)), 100)
-		}
 		pair := func(l *limiter.Limiter, ctx context.Context, key string) {
 			s, err := l.Acquire(ctx, key)
 			if err != nil {
