@@ -56,9 +56,13 @@ func (k EventKind) String() string {
 
 // Event describes one step of one call in a lane.
 type Event struct {
+	// Kind and Priority side by side: one word for both. An Event is
+	// passed by value, an Enqueued one on the stack a queued call is about
+	// to wait on, which must stay small (docs/DESIGN.md, "A queued call's
+	// stack").
 	Kind     EventKind
-	Lane     string
 	Priority Priority // the call's own class (aging not applied)
+	Lane     string
 	// Tenant is the call's tenant as its lane tracks it (a name, or
 	// OtherTenant past the bound), for Enqueued, Acquired, Canceled,
 	// TimedOut and Refused; "" for a call that names none (DefaultTenant).

@@ -98,6 +98,14 @@ type Exchange struct {
 	RetryAfter time.Duration
 	// Tokens is what the call was estimated at and what it used.
 	Tokens *ExchangeTokens
+	// Call is what the transport knew of the call around the exchange, or
+	// nil. A pointer, so that an Event, which carries an Exchange by value,
+	// stays small (see Event).
+	Call *ExchangeCall
+}
+
+// ExchangeCall is what a transport knew of an exchange's call.
+type ExchangeCall struct {
 	// Began is when the call began, before it waited for its slot (zero
 	// when not known), so that Sent.Add(Duration).Sub(Began) is the call
 	// as its caller saw it, its queue wait included.

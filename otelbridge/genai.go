@@ -202,9 +202,13 @@ func (b *Bridge) recordGenAIExchange(ctx context.Context, m *laneMetrics, lane s
 	if x.Outcome == limiter.OutcomeCanceled || x.Outcome == limiter.OutcomeClientStall {
 		return
 	}
-	op, provider := b.genaiNames(ctx, lane, x.Path)
+	var call limiter.ExchangeCall
+	if x.Call != nil {
+		call = *x.Call
+	}
+	op, provider := b.genaiNames(ctx, lane, call.Path)
 	model, address, port := m.genai.model, m.genai.address, m.genai.port
-	began := x.Began
+	began := call.Began
 	if began.IsZero() {
 		began = x.Sent
 	}
@@ -227,7 +231,7 @@ func (b *Bridge) recordGenAIExchange(ctx context.Context, m *laneMetrics, lane s
 		ok.tokens[0].record(ctx, float64(tk.Used.Prompt), now)
 		ok.tokens[1].record(ctx, float64(tk.Used.Completion), now)
 	}
-	if x.Stream && x.FirstByte > 0 {
+	if call.Stream && x.FirstByte > 0 {
 		if s.chunks == nil {
 			s.chunks = new([2]histogram)
 			s.chunks[0].init(genaiDurationBuckets)
@@ -237,8 +241,8 @@ func (b *Bridge) recordGenAIExchange(ctx context.Context, m *laneMetrics, lane s
 		// Each chunk after the first: the chunks' mean spacing, so that
 		// the count and the sum are exact (the transport times the first
 		// and the last read, not each chunk).
-		if n := x.Chunks - 1; n > 0 && x.LastByte > x.FirstByte {
-			s.chunks[1].recordN((x.LastByte-x.FirstByte).Seconds()/float64(n), uint64(n))
+		if n := call.Chunks - 1; n > 0 && call.LastByte > x.FirstByte {
+			s.chunks[1].recordN((call.LastByte-x.FirstByte).Seconds()/float64(n), uint64(n))
 		}
 	}
 }

@@ -21,10 +21,11 @@ type exchange struct {
 	attempt attempt            // for retry recognition
 	cancel  context.CancelFunc // cancels the upstream request
 	sent    time.Time
-	began   time.Time // the acquisition's start
-	path    string    // the request's
-	retry   bool
-	status  int
+	// call is what the exchange's report says of its call (began, path;
+	// the rest at the end): in the exchange, which is on the heap anyway.
+	call   limiter.ExchangeCall
+	retry  bool
+	status int
 	// reqBytes is the request body's size; retryAfter, the response's
 	// Retry-After: for the adaptive limit.
 	reqBytes   int
@@ -194,10 +195,12 @@ func (x *exchange) finish(o limiter.Outcome) {
 		Duration:   now.Sub(x.sent),
 		RetryAfter: x.retryAfter,
 		Tokens:     &limiter.ExchangeTokens{Estimate: x.est.Total(), Used: used, FromUsage: fromUsage},
-		Began:      x.began,
-		Path:       x.path,
-		Stream:     x.stream,
-		Chunks:     chunks,
-		LastByte:   time.Duration(x.lastRead.Load()),
+		Call:       x.callReport(chunks),
 	})
+}
+
+// callReport completes the exchange's report of its call, once it is over.
+func (x *exchange) callReport(chunks int64) *limiter.ExchangeCall {
+	x.call.Stream, x.call.Chunks, x.call.LastByte = x.stream, chunks, time.Duration(x.lastRead.Load())
+	return &x.call
 }

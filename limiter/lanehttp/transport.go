@@ -376,7 +376,7 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	body, lane, slot, at := a.body, a.lane, a.slot, a.at
 	clock := t.Limiter.Clock()
 	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body),
-		est: a.est, scan: newUsageScan(), began: a.began, path: req.URL.Path}
+		est: a.est, scan: newUsageScan(), call: limiter.ExchangeCall{Began: a.began, Path: req.URL.Path}}
 	x.retry = at.retry // recognised from this transport's memory, never from what the client claims
 	out := req
 	lost := slot.Lost()
