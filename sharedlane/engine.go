@@ -31,6 +31,7 @@ var laneLua string
 // library stays loaded, a few kilobytes, until FUNCTION DELETE.
 type engine struct {
 	fn     string        // the function's name
+	fnArg  any           // fn, boxed once
 	lib    string        // the library's source, for FUNCTION LOAD
 	script *redis.Script // lane.lua as a script, for a Redis without functions
 	eval   atomic.Bool   // run the script: Redis has no functions
@@ -46,6 +47,7 @@ func newEngine(log *slog.Logger) *engine {
 	// numbers (one more for the library's first line) in Redis' errors.
 	return &engine{
 		fn:     "llmlanes_lane_" + v,
+		fnArg:  "llmlanes_lane_" + v,
 		lib:    "#!lua name=llmlanes_" + v + "\nredis.register_function('llmlanes_lane_" + v + "', (function() " + laneLua + "\nend)())\n",
 		script: redis.NewScript("return (function() " + laneLua + "\nend)()(KEYS, ARGV)\n"),
 		log:    log,
@@ -55,9 +57,9 @@ func newEngine(log *slog.Logger) *engine {
 // run runs one op with keys and args. A Redis that lost the library (a
 // restart with no persistence, FUNCTION FLUSH, a new cluster node) gets it
 // again, and the op is sent once more.
-func (e *engine) run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+func (e *engine) run(ctx context.Context, rdb redis.UniversalClient, keys []string, fcall func(fn any) []any, argv func() []any) *redis.Cmd {
 	if !e.eval.Load() {
-		cmd := rdb.FCall(ctx, e.fn, keys, args...)
+		cmd := e.fcall(ctx, rdb, fcall)
 		if !e.missing(cmd.Err()) {
 			return cmd
 		}
@@ -66,10 +68,20 @@ func (e *engine) run(ctx context.Context, rdb redis.UniversalClient, keys []stri
 			return cmd
 		}
 		if !e.eval.Load() {
-			return rdb.FCall(ctx, e.fn, keys, args...)
+			return e.fcall(ctx, rdb, fcall)
 		}
 	}
-	return e.script.Run(ctx, rdb, keys, args...)
+	return e.script.Run(ctx, rdb, keys, argv()...)
+}
+
+// fcall runs the FCALL that fcall builds (the keys boxed once per lane,
+// not per call as go-redis' FCall boxes them), with its first key third,
+// for a cluster's routing.
+func (e *engine) fcall(ctx context.Context, rdb redis.UniversalClient, fcall func(fn any) []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, fcall(e.fnArg)...)
+	cmd.SetFirstKeyPos(3)
+	_ = rdb.Process(ctx, cmd)
+	return cmd
 }
 
 // pipelined runs one op per key set of keys in one pipeline (one round
