@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -170,11 +169,7 @@ func (b *Bridge) genaiNames(ctx context.Context, lane, path string) (op, provide
 			return op, p
 		}
 	}
-	provider = "openai"
-	if strings.HasSuffix(strings.TrimSuffix(path, "/"), "/messages") {
-		provider = "anthropic"
-	}
-	return op, provider
+	return op, providerByPath(path)
 }
 
 // genaiErrorType names a failed exchange with the project's error codes

@@ -142,14 +142,21 @@ func (t *transport) names(req *http.Request) (string, []attribute.KeyValue) {
 	if op := operation(req.URL.Path); op.Valid() {
 		provider := t.provider
 		if provider == "" {
-			provider = "openai"
-			if strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/messages") {
-				provider = "anthropic"
-			}
+			provider = providerByPath(req.URL.Path)
 		}
 		return op.Value.AsString(), []attribute.KeyValue{op, semconv.GenAIProviderNameKey.String(provider)}
 	}
 	return req.Method, nil
+}
+
+// providerByPath is the GenAI provider of a call to path when none is
+// configured: anthropic for Anthropic's Messages API, openai for the rest
+// (OpenAI-compatible gateways).
+func providerByPath(path string) string {
+	if strings.HasSuffix(strings.TrimSuffix(path, "/"), "/messages") {
+		return "anthropic"
+	}
+	return "openai"
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {

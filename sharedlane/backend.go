@@ -219,8 +219,7 @@ func (b *Backend) appendArgv(dst []any, lk *laneKeys, op string, args ...any) []
 
 // run runs one op of lane.lua for lane lk, under the lane's settings.
 func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any) (any, error) {
-	v, err := b.eng.run(ctx, b.rdb, lk.keys, func(fn any) []any { return b.fcall(fn, lk, op, args...) },
-		func() []any { return b.argv(lk, op, args...) }).Result()
+	v, err := b.eng.run(ctx, b.rdb, lk.keys, func(fn any) []any { return b.fcall(fn, lk, op, args...) }).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

@@ -54,10 +54,14 @@ func newEngine(log *slog.Logger) *engine {
 	}
 }
 
-// run runs one op with keys and args. A Redis that lost the library (a
+// run runs one op on keys. A Redis that lost the library (a
 // restart with no persistence, FUNCTION FLUSH, a new cluster node) gets it
 // again, and the op is sent once more.
-func (e *engine) run(ctx context.Context, rdb redis.UniversalClient, keys []string, fcall func(fn any) []any, argv func() []any) *redis.Cmd {
+//
+// fcall builds the whole FCALL of function fn ("fcall", fn, the number of
+// keys, the keys, the arguments); the script is run with what follows the
+// keys.
+func (e *engine) run(ctx context.Context, rdb redis.UniversalClient, keys []string, fcall func(fn any) []any) *redis.Cmd {
 	if !e.eval.Load() {
 		cmd := e.fcall(ctx, rdb, fcall)
 		if !e.missing(cmd.Err()) {
@@ -71,7 +75,7 @@ func (e *engine) run(ctx context.Context, rdb redis.UniversalClient, keys []stri
 			return e.fcall(ctx, rdb, fcall)
 		}
 	}
-	return e.script.Run(ctx, rdb, keys, argv()...)
+	return e.script.Run(ctx, rdb, keys, fcall(e.fnArg)[3+len(keys):]...)
 }
 
 // fcall runs the FCALL that fcall builds (the keys boxed once per lane,
