@@ -105,8 +105,7 @@ local function begin(keys, args)
   -- ex (the keys' last full refresh, ms), cp (the cap whose counts the
   -- tenants' i: fields keep), sw and pu.
   local r = redis.call('HMGET', M, unpack(metaFields))
-  meta = {}
-  for i, k in ipairs(metaFields) do meta[k] = r[i] end
+  meta = {boot = r[1], pl = r[2], tb = r[3], lane = r[4], ms = r[5], ex = r[6], cp = r[7], sw = r[8], pu = r[9], pr = r[10]}
   pl = tonumber(meta.pl or '') or 0 -- the provider's last announced token limit (0: none)
   budgeted = tpm > 0 or maxtok > 0 -- see adopt
   measuredNow = meta.ms ~= false -- see hold
@@ -169,7 +168,10 @@ end
 -- exact writes a number so that it reads back the same: Lua's own
 -- tostring keeps 14 digits, and a service rounded so could order two
 -- tenants apart from what they received.
-local function exact(x) return string.format('%.17g', x) end
+local function exact(x)
+  if x == math.floor(x) and x > -1e14 and x < 1e14 then return tostring(x) end -- whole: the same, cheaper
+  return string.format('%.17g', x)
+end
 
 local function num(k, default)
   return tonumber(redis.call('HGET', T, k) or '') or default
