@@ -3,6 +3,7 @@ package otelbridge
 import (
 	"context"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -343,4 +344,27 @@ func (h *histogram) pointInt(attrs attribute.Set, start, now time.Time) metricda
 	defer h.mu.Unlock()
 	return metricdata.HistogramDataPoint[int64]{Attributes: attrs, StartTime: start, Time: now,
 		Count: h.count, Bounds: h.bounds, BucketCounts: append([]uint64(nil), h.counts...), Sum: int64(h.sum)}
+}
+
+// GenAIDefs returns the GenAI conventions' client metrics that
+// GenAIProducer produces, as Defs (their names, units and descriptions
+// are genaiconv's), for the documentation: each is a histogram, with no
+// prefix in Prometheus whatever metrics.prefix is.
+func GenAIDefs() []Def {
+	labels := []string{"gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "server.address", "server.port"}
+	var (
+		d genaiconv.ClientOperationDuration
+		u genaiconv.ClientTokenUsage
+		f genaiconv.ClientOperationTimeToFirstChunk
+		c genaiconv.ClientOperationTimePerOutputChunk
+	)
+	def := func(name, unit, desc string, extra ...string) Def {
+		return Def{Name: name, Unit: unit, Kind: Histogram, Description: desc, Labels: append(slices.Clone(labels), extra...)}
+	}
+	return []Def{
+		def(d.Name(), d.Unit(), d.Description(), "error.type"),
+		def(u.Name(), u.Unit(), u.Description(), "gen_ai.token.type"),
+		def(f.Name(), f.Unit(), f.Description()),
+		def(c.Name(), c.Unit(), c.Description()),
+	}
 }

@@ -193,46 +193,40 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	b.mu.Unlock()
 
-	var (
-		wait, first                          []metricdata.HistogramDataPoint[float64]
-		timeouts, canceled, retries, ups     []metricdata.DataPoint[int64]
-		inflight, depth, limit, reserve, sat []metricdata.DataPoint[int64]
-		oldest, sharedAge                    []metricdata.DataPoint[float64]
-		holders, sharedUp                    []metricdata.DataPoint[int64]
-		tenantIn, tenantQ                    []metricdata.DataPoint[int64]
-		tenantService                        []metricdata.DataPoint[float64]
-		tokens, budget, budgetLimit          []metricdata.DataPoint[int64]
-		estimate                             []metricdata.HistogramDataPoint[float64]
-	)
+	var pts [nLaneDefs]points
 	started := make(map[string]time.Time, len(lanes))
 	for _, m := range lanes {
 		if v, ok := m.lane.Value("lane"); ok {
 			started[v.AsString()] = m.start
 		}
 	}
-	sum := func(dst *[]metricdata.DataPoint[int64], m *laneMetrics, attrs attribute.Set, v int64) {
-		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: m.start, Time: now, Value: v})
+	sum := func(i int, m *laneMetrics, attrs attribute.Set, v int64) {
+		pts[i].ints = append(pts[i].ints, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: m.start, Time: now, Value: v})
 	}
+	hist := func(i int, p metricdata.HistogramDataPoint[float64]) { pts[i].hists = append(pts[i].hists, p) }
 	for _, m := range lanes {
 		for c := range m.wait {
-			wait = append(wait, m.wait[c].point(m.class[c], m.start, now))
+			hist(mQueueWait, m.wait[c].point(m.class[c], m.start, now))
 		}
-		first = append(first, m.first.point(m.lane, m.start, now))
-		sum(&timeouts, m, m.lane, m.timeouts.Load())
-		sum(&canceled, m, m.lane, m.canceled.Load())
-		sum(&retries, m, m.lane, m.retries.Load())
+		hist(mFirstByte, m.first.point(m.lane, m.start, now))
+		sum(mTimeouts, m, m.lane, m.timeouts.Load())
+		sum(mCancellations, m, m.lane, m.canceled.Load())
+		sum(mUpstreamRetries, m, m.lane, m.retries.Load())
 		for o := range m.upstream {
-			sum(&ups, m, m.outcome[o], m.upstream[o].Load())
+			sum(mUpstreamRequests, m, m.outcome[o], m.upstream[o].Load())
 		}
 		if m.tokened.Load() {
 			for k := range m.tokens {
-				sum(&tokens, m, m.kind[k], m.tokens[k].Load())
+				sum(mTokens, m, m.kind[k], m.tokens[k].Load())
 			}
-			estimate = append(estimate, m.estimate.point(m.lane, m.start, now))
+			hist(mEstimateError, m.estimate.point(m.lane, m.start, now))
 		}
 	}
-	gauge := func(dst *[]metricdata.DataPoint[int64], attrs attribute.Set, v int64) {
-		*dst = append(*dst, metricdata.DataPoint[int64]{Attributes: attrs, Time: now, Value: v})
+	gauge := func(i int, attrs attribute.Set, v int64) {
+		pts[i].ints = append(pts[i].ints, metricdata.DataPoint[int64]{Attributes: attrs, Time: now, Value: v})
+	}
+	fgauge := func(i int, attrs attribute.Set, start time.Time, v float64) {
+		pts[i].floats = append(pts[i].floats, metricdata.DataPoint[float64]{Attributes: attrs, StartTime: start, Time: now, Value: v})
 	}
 	byLane := b.tenants.split(snap.Lanes)
 	for _, l := range snap.Lanes {
@@ -243,100 +237,50 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 			// across processes is the lane; the holders gauge has the rest.
 			inf, q = sh.ProcessInflight, sh.ProcessQueued
 		}
-		gauge(&inflight, a, int64(inf))
-		gauge(&limit, a, int64(l.Limit))
-		gauge(&reserve, a, int64(l.Reserve))
-		gauge(&sat, a, boolInt(l.Saturated))
-		oldest = append(oldest, metricdata.DataPoint[float64]{Attributes: a, Time: now, Value: float64(l.OldestWait)})
+		gauge(mInflight, a, int64(inf))
+		gauge(mLimit, a, int64(l.Limit))
+		gauge(mReserve, a, int64(l.Reserve))
+		gauge(mSaturated, a, boolInt(l.Saturated))
+		fgauge(mOldestWait, a, time.Time{}, float64(l.OldestWait))
 		for _, c := range []struct {
 			p limiter.Priority
 			n int
 		}{{limiter.Interactive, q.Interactive}, {limiter.Default, q.Default}, {limiter.Bulk, q.Bulk}} {
-			gauge(&depth, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("priority", c.p.String())), int64(c.n))
+			gauge(mQueueDepth, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("priority", c.p.String())), int64(c.n))
 		}
 		if tk := l.Tokens; tk != nil && tk.Remaining != nil {
-			gauge(&budget, a, *tk.Remaining)
+			gauge(mBudgetRemaining, a, *tk.Remaining)
 			switch {
 			case tk.TokensPerMinute > 0:
-				gauge(&budgetLimit, a, tk.TokensPerMinute)
+				gauge(mBudgetLimit, a, tk.TokensPerMinute)
 			case tk.Provider != nil && tk.Provider.Tokens != nil && tk.Provider.Tokens.Limit > 0:
-				gauge(&budgetLimit, a, tk.Provider.Tokens.Limit)
+				gauge(mBudgetLimit, a, tk.Provider.Tokens.Limit)
 			}
 		}
 		for _, tn := range byLane[l.Lane] {
 			ta := attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("tenant", tn.Tenant))
-			gauge(&tenantIn, ta, int64(tn.Inflight))
-			gauge(&tenantQ, ta, int64(tn.Queued))
+			gauge(mTenantInflight, ta, int64(tn.Inflight))
+			gauge(mTenantQueueDepth, ta, int64(tn.Queued))
 			start, ok := started[l.Lane]
 			if !ok {
 				start = now
 			}
-			tenantService = append(tenantService, metricdata.DataPoint[float64]{Attributes: ta, StartTime: start, Time: now, Value: float64(tn.Service)})
+			fgauge(mTenantService, ta, start, float64(tn.Service))
 		}
 		if sh := l.Shared; sh != nil {
-			gauge(&sharedUp, a, boolInt(sh.State == limiter.BackendOK))
-			sharedAge = append(sharedAge, metricdata.DataPoint[float64]{Attributes: a, Time: now, Value: float64(sh.FiguresAge)})
+			gauge(mSharedUp, a, boolInt(sh.State == limiter.BackendOK))
+			fgauge(mSharedFiguresAge, a, time.Time{}, float64(sh.FiguresAge))
 			procs := make([]string, 0, len(sh.Holders))
 			for p := range sh.Holders {
 				procs = append(procs, p)
 			}
 			sort.Strings(procs)
 			for _, p := range procs {
-				gauge(&holders, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("process", p)), int64(sh.Holders[p]))
+				gauge(mSharedHolders, attribute.NewSet(attribute.String("lane", l.Lane), attribute.String("process", p)), int64(sh.Holders[p]))
 			}
 		}
 	}
-	counter := func(name, unit, desc string, pts []metricdata.DataPoint[int64]) metricdata.Metrics {
-		return metricdata.Metrics{Name: name, Unit: unit, Description: desc,
-			Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: pts}}
-	}
-	hist := func(name, unit, desc string, pts []metricdata.HistogramDataPoint[float64]) metricdata.Metrics {
-		return metricdata.Metrics{Name: name, Unit: unit, Description: desc,
-			Data: metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality, DataPoints: pts}}
-	}
-	igauge := func(name, unit, desc string, pts []metricdata.DataPoint[int64]) metricdata.Metrics {
-		return metricdata.Metrics{Name: name, Unit: unit, Description: desc, Data: metricdata.Gauge[int64]{DataPoints: pts}}
-	}
-	ms := []metricdata.Metrics{
-		hist("llm.queue.wait", "s", "Time model calls waited for a lane slot, by lane and class, until a grant (immediate grants count as 0) or a queue timeout (the whole wait).", wait),
-		counter("llm.queue.timeouts", "{timeout}", "Model calls that gave up waiting for a lane slot after the queue timeout.", timeouts),
-		counter("llm.queue.cancellations", "{call}", "Model calls whose caller went away (its context ended) while they waited for a lane slot; not in the wait histogram.", canceled),
-		counter("llm.upstream.requests", "{request}", "Exchanges with the upstream gateway, by lane and outcome.", ups),
-		counter("llm.upstream.retries", "{retry}", "Exchanges that were retries of a call, as the transport recognised them (never from what the client claims).", retries),
-		hist("llm.upstream.first_byte", "s", "Time from sending a model call to the first byte of its response body (first token of a stream).", first),
-		igauge("llm.inflight", "{call}", "Model calls holding a lane slot.", inflight),
-		igauge("llm.queue.depth", "{call}", "Model calls waiting for a lane slot, by class.", depth),
-		igauge("llm.limit", "{call}", "The lane's configured limit (max_inflight).", limit),
-		igauge("llm.reserve", "{call}", "Slots reserved for interactive calls, as clamped.", reserve),
-		igauge("llm.saturated", "", "1 when the lane's queue has been non-empty for 60 s or more, else 0.", sat),
-		{Name: "llm.oldest_wait", Unit: "s", Description: "How long the lane's longest-waiting call has waited.",
-			Data: metricdata.Gauge[float64]{DataPoints: oldest}},
-	}
-	if len(tenantIn) > 0 { // lanes that have seen a named tenant only
-		ms = append(ms,
-			igauge("llm.tenant.inflight", "{call}", "Model calls holding a lane slot, by tenant.", tenantIn),
-			igauge("llm.tenant.queue.depth", "{call}", "Model calls waiting for a lane slot, by tenant.", tenantQ),
-			metricdata.Metrics{Name: "llm.tenant.service", Unit: "s", Description: "Slot-time a tenant's model calls have held in the lane (weights not applied), counted as each call ends: the service its fair share is measured in.",
-				Data: metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: tenantService}})
-	}
-	if len(tokens) > 0 { // lanes whose calls reported tokens only
-		ms = append(ms,
-			counter("llm.tokens", "{token}", "Tokens the lane's model calls used, by kind (prompt, completion), as their answers' usage said (else as estimated from what was streamed), counted as each call ends.", tokens),
-			hist("llm.token.estimate_error_ratio", "1", "How far a call's token estimate at admission was off: (used - estimate) / estimate.", estimate))
-	}
-	if len(budget) > 0 {
-		ms = append(ms, igauge("llm.token.budget.remaining", "{token}", "Tokens the lane may still grant now: its tokens_per_minute budget's, else what the provider's rate-limit headers say remains.", budget))
-		if len(budgetLimit) > 0 {
-			ms = append(ms, igauge("llm.token.budget.limit", "{token}", "The lane's tokens per minute: its tokens_per_minute, else the limit the provider's rate-limit headers announced.", budgetLimit))
-		}
-	}
-	if len(sharedUp) > 0 { // shared lanes only: no empty families otherwise
-		ms = append(ms,
-			igauge("llm.shared.up", "", "1 while a shared lane's store (Redis) is reachable, 0 while this process falls back or refuses calls.", sharedUp),
-			igauge("llm.shared.holders", "{call}", "Slots of a shared lane held, by process.", holders),
-			metricdata.Metrics{Name: "llm.shared.figures_age", Unit: "s", Description: "How old a shared lane's global figures are: 0 when read for this scrape, more when the store (Redis) did not answer in time and the last ones read are shown.",
-				Data: metricdata.Gauge[float64]{DataPoints: sharedAge}})
-	}
+	ms := metrics(laneDefs[:], pts[:])
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}}, nil
 }
 

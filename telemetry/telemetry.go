@@ -211,12 +211,22 @@ func (p stateProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, erro
 		}
 	}
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: otelbridge.ScopeName}, Metrics: []metricdata.Metrics{
-		{Name: "llm.lane.state", Description: "Lane classification: 1 for the lane's current state (idle, healthy, local_queue, gateway_degraded), 0 for the others.",
-			Data: metricdata.Gauge[int64]{DataPoints: state}},
-		{Name: "llm.lane.reason", Description: "1 for each classification reason that holds for the lane (saturated, wait_p90, queue_timeouts, upstream_errors, retries), 0 for the others.",
-			Data: metricdata.Gauge[int64]{DataPoints: reason}},
+		classDefs[0].Ints(state), classDefs[1].Ints(reason),
 	}}}, nil
 }
+
+// classDefs declares the classification gauges: the lane's state, and its
+// reasons; read only.
+var classDefs = []otelbridge.Def{
+	{Name: "llm.lane.state", Kind: otelbridge.Gauge, Labels: []string{"lane", "state"},
+		Description: "Lane classification: 1 for the lane's current state (idle, healthy, local_queue, gateway_degraded), 0 for the others."},
+	{Name: "llm.lane.reason", Kind: otelbridge.Gauge, Labels: []string{"lane", "reason"},
+		Description: "1 for each classification reason that holds for the lane (saturated, wait_p90, queue_timeouts, upstream_errors, retries), 0 for the others."},
+}
+
+// Defs returns the table of the metrics package telemetry produces beside
+// the bridge's (otelbridge.Defs): the classification gauges (a copy).
+func Defs() []otelbridge.Def { return append([]otelbridge.Def(nil), classDefs...) }
 
 func boolInt(v bool) int64 {
 	if v {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )
 
 // serveReload reloads the configuration file: only when the process was
@@ -22,20 +20,20 @@ func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, lanehttp.MethodNotAllowedCode, "POST /-/reload reloads the configuration file")
+		writeError(w, methodNotAllowedCode, "POST /-/reload reloads the configuration file")
 		return
 	case !s.lifecycle:
-		writeError(w, http.StatusForbidden, lanehttp.LifecycleDisabledCode, "reloading over HTTP is off: start lanes-exporter with --web.enable-lifecycle, or send it SIGHUP")
+		writeError(w, lifecycleDisabledCode, "reloading over HTTP is off: start lanes-exporter with --web.enable-lifecycle, or send it SIGHUP")
 		return
 	case r.Header.Get("Origin") != "":
-		writeError(w, http.StatusForbidden, lanehttp.CrossOriginCode, "reload requests from web pages (with an Origin header) are refused")
+		writeError(w, crossOriginCode, "reload requests from web pages (with an Origin header) are refused")
 		return
 	case simpleContentType(r.Header.Get("Content-Type")):
-		writeError(w, http.StatusUnsupportedMediaType, lanehttp.UnsupportedMediaTypeCode, "send no body, or Content-Type: application/json")
+		writeError(w, unsupportedMediaTypeCode, "send no body, or Content-Type: application/json")
 		return
 	}
 	if err := s.Reload(); err != nil {
-		writeError(w, http.StatusBadRequest, lanehttp.ReloadRefusedCode, err.Error())
+		writeError(w, reloadRefusedCode, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -11,7 +11,6 @@ import (
 	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/internal/history"
 	"github.com/llmlanes/llmlanes/limiter"
-	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 )
 
 // The status page's last 15 minutes: every HistoryInterval, on the
@@ -82,7 +81,7 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("since"); v != "" {
 		var err error
 		if since, err = strconv.ParseInt(v, 10, 64); err != nil {
-			writeError(w, http.StatusBadRequest, lanehttp.InvalidQueryCode, "since: want Unix milliseconds, got "+strconv.Quote(v))
+			writeError(w, invalidQueryCode, "since: want Unix milliseconds, got "+strconv.Quote(v))
 			return
 		}
 	}

@@ -112,11 +112,11 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("upstream")
 	u := (*s.ups.Load())[name]
 	if u == nil {
-		writeError(w, http.StatusNotFound, lanehttp.UnknownUpstreamCode, fmt.Sprintf("no upstream named %q is configured", name))
+		writeError(w, unknownUpstreamCode, fmt.Sprintf("no upstream named %q is configured", name))
 		return
 	}
 	if rest := r.PathValue("rest"); hasDotSegment(rest) {
-		writeError(w, http.StatusBadRequest, lanehttp.InvalidPathCode, "the path may not contain . or .. segments")
+		writeError(w, invalidPathCode, "the path may not contain . or .. segments")
 		return
 	}
 	// The caller's trace (traceparent) becomes the parent of the call's
@@ -172,14 +172,14 @@ func callContext(ctx context.Context, w http.ResponseWriter, r *http.Request, cf
 	if v := r.Header.Get(PriorityHeader); v != "" {
 		p, err := limiter.ParsePriority(v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, lanehttp.InvalidPriorityCode, fmt.Sprintf("%s: %v", PriorityHeader, err))
+			writeError(w, invalidPriorityCode, fmt.Sprintf("%s: %v", PriorityHeader, err))
 			return ctx, false
 		}
 		ctx = limiter.WithPriority(ctx, p)
 	}
 	tenant, err := cfg.tenantSource.tenantOf(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, lanehttp.InvalidTenantCode, err.Error())
+		writeError(w, invalidTenantCode, err.Error())
 		return ctx, false
 	}
 	if tenant != "" {
@@ -193,7 +193,7 @@ func callContext(ctx context.Context, w http.ResponseWriter, r *http.Request, cf
 func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, u *upstream, cfg *Config) (body []byte, release func(), ok bool) {
 	limit := cfg.Proxy.MaxBodyBytes
 	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body declares %d bytes; proxy.max_body_bytes is %d", r.ContentLength, limit))
+		writeError(w, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body declares %d bytes; proxy.max_body_bytes is %d", r.ContentLength, limit))
 		return nil, nil, false
 	}
 	hold := &bodyHold{all: s.queued, share: s.connShare}
@@ -208,33 +208,33 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 	}
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body is over proxy.max_body_bytes (%d)", limit))
+		writeError(w, lanehttp.RequestTooLargeCode, fmt.Sprintf("the body is over proxy.max_body_bytes (%d)", limit))
 		return nil, nil, false
 	case errors.Is(err, errQueuedBytes):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, lanehttp.QueuedBytesLimitCode, fmt.Sprintf(
+		writeError(w, queuedBytesLimitCode, fmt.Sprintf(
 			"the bodies of the calls in progress take limits.max_queued_bytes (%d) already; send the call again shortly", s.queuedBytes))
 		return nil, nil, false
 	case errors.Is(err, errConnQueuedBytes):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, lanehttp.QueuedBytesLimitCode, fmt.Sprintf(
+		writeError(w, queuedBytesLimitCode, fmt.Sprintf(
 			"the bodies of this connection's calls in progress take limits.max_connection_queued_bytes (%d) already; send the call again shortly", s.connShare))
 		return nil, nil, false
 	case errors.Is(err, errBodyTooSlow):
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestTimeout, lanehttp.BodyReadTimeoutCode, fmt.Sprintf(
+		writeError(w, bodyReadTimeoutCode, fmt.Sprintf(
 			"the request body arrived slower than proxy.body_min_rate (%d bytes a second, after the first %s)",
 			cfg.Proxy.BodyMinRate, time.Duration(cfg.Proxy.BodyMinRateGrace)))
 		return nil, nil, false
 	case errors.Is(err, errBodyReadDeadline):
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestTimeout, lanehttp.BodyReadTimeoutCode, fmt.Sprintf(
+		writeError(w, bodyReadTimeoutCode, fmt.Sprintf(
 			"the request body did not arrive within proxy.body_read_timeout (%s)", time.Duration(cfg.Proxy.BodyReadTimeout)))
 		return nil, nil, false
 	case err != nil:
 		// Cut short or badly chunked. The answer may find no one (a client
 		// that went away); one that half-closed its side reads it.
-		writeError(w, http.StatusBadRequest, lanehttp.InvalidBodyCode, "the request body could not be read: "+withoutURL(err).Error())
+		writeError(w, invalidBodyCode, "the request body could not be read: "+withoutURL(err).Error())
 		return nil, nil, false
 	}
 	model, err := lanehttp.ModelOf(b)
@@ -243,15 +243,15 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 	}
 	if err != nil {
 		release()
-		status, code := http.StatusBadRequest, lanehttp.InvalidJSONCode
+		code := lanehttp.InvalidJSONCode
 		var me *modelError
 		switch {
 		case errors.As(err, &me):
-			status, code = me.status, me.code
+			code = me.code
 		case errors.Is(err, lanehttp.ErrNoModel):
 			code = lanehttp.MissingModelCode
 		}
-		writeError(w, status, code, err.Error())
+		writeError(w, code, err.Error())
 		return nil, nil, false
 	}
 	return b, release, true
@@ -259,9 +259,8 @@ func (s *Server) readModelCall(w http.ResponseWriter, r *http.Request, rc *http.
 
 // modelError is a model id the proxy refuses.
 type modelError struct {
-	status int
-	code   string
-	msg    string
+	code string
+	msg  string
 }
 
 func (e *modelError) Error() string { return e.msg }
@@ -271,11 +270,11 @@ func (e *modelError) Error() string { return e.msg }
 // upstream's allow-list.
 func checkModel(m string, allowed []string, maxBytes int) error {
 	if len(m) > maxBytes {
-		return &modelError{http.StatusBadRequest, lanehttp.ModelTooLongCode, fmt.Sprintf("the model id is %d bytes; limits.max_model_bytes is %d", len(m), maxBytes)}
+		return &modelError{modelTooLongCode, fmt.Sprintf("the model id is %d bytes; limits.max_model_bytes is %d", len(m), maxBytes)}
 	}
 	for i := 0; i < len(m); i++ {
 		if !modelByte(m[i]) {
-			return &modelError{http.StatusBadRequest, lanehttp.InvalidModelCode,
+			return &modelError{invalidModelCode,
 				fmt.Sprintf("the model id has a character (byte %d) outside letters, digits and . _ - / : @ + = , ~", i)}
 		}
 	}
@@ -287,7 +286,7 @@ func checkModel(m string, allowed []string, maxBytes int) error {
 			return nil
 		}
 	}
-	return &modelError{http.StatusForbidden, lanehttp.ModelNotAllowedCode, fmt.Sprintf("model %q is not in this upstream's models list", m)}
+	return &modelError{modelNotAllowedCode, fmt.Sprintf("model %q is not in this upstream's models list", m)}
 }
 
 func modelByte(c byte) bool {
@@ -338,18 +337,18 @@ func (s *Server) proxyError(u *upstream) func(http.ResponseWriter, *http.Request
 		var se *lanehttp.StallError
 		switch {
 		case bodyFailed(r): // before the context: a client that half-closes looks gone, and waits for this
-			writeError(w, http.StatusBadRequest, lanehttp.InvalidBodyCode, "the request body could not be read: it was malformed or cut short")
+			writeError(w, invalidBodyCode, "the request body could not be read: it was malformed or cut short")
 		case r.Context().Err() != nil:
 			return // the client is gone; its slot is already free
 		case errors.As(err, &se):
 			named := *se
 			named.Lane = u.name(se.Lane)
 			s.log.Warn("upstream stalled", "upstream", u.cfg.Name, "lane", named.Lane, "phase", se.Phase, "after", se.After)
-			writeError(w, http.StatusGatewayTimeout, lanehttp.UpstreamStallCode, named.Error())
+			writeError(w, lanehttp.UpstreamStallCode, named.Error())
 		default:
 			err = withoutURL(err)
 			s.log.Warn("upstream unreachable", "upstream", u.cfg.Name, "err", err.Error())
-			writeError(w, http.StatusBadGateway, lanehttp.UpstreamUnreachableCode, fmt.Sprintf("upstream %q: %v", u.cfg.Name, err))
+			writeError(w, lanehttp.UpstreamUnreachableCode, fmt.Sprintf("upstream %q: %v", u.cfg.Name, err))
 		}
 	}
 }
@@ -382,15 +381,10 @@ func withoutURL(err error) error {
 	return err
 }
 
-// writeError answers with an OpenAI-style JSON error (lanehttp.WriteError).
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	lanehttp.WriteError(w, status, lanehttp.NewError(status, code, msg))
-}
-
 // writeShuttingDown answers a call that arrives once shutdown has begun:
 // retryable, elsewhere.
 func writeShuttingDown(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
-	writeError(w, http.StatusServiceUnavailable, lanehttp.ShuttingDownCode,
+	writeError(w, lanehttp.ShuttingDownCode,
 		"lanes-exporter is shutting down and takes no more calls; send the call again (to another instance)")
 }

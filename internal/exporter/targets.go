@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/classify"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/otelbridge"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
 
@@ -202,34 +203,59 @@ func (s *Server) serveBudget(w http.ResponseWriter, _ *http.Request) {
 // targetCollector re-exports the targets' lanes, the budgets and the
 // upstreams' capacity at scrape time.
 type targetCollector struct {
-	s                                                        *Server
-	up, inflight, limit, depth, saturated, p90, timeouts     *prometheus.Desc
-	state, budget, capacity, upstreamCapacity, overcommitted *prometheus.Desc
+	s     *Server
+	descs [nTargetDefs]*prometheus.Desc
 }
 
+// The targets' and budgets' metrics, by their place in targetDefs.
+const (
+	tUp = iota
+	tInflight
+	tLimit
+	tDepth
+	tSaturated
+	tP90
+	tTimeouts
+	tState
+	tBudget
+	tCapacity
+	tOvercommitted
+	tUpstreamCapacity
+	nTargetDefs
+)
+
+// targetDefs declares the metrics lanes-exporter adds for its targets and
+// the lanes' budgets (all gauges, Prometheus names as they are); read
+// only.
+var targetDefs = [nTargetDefs]otelbridge.Def{
+	tUp:               {Name: "target_up", Labels: []string{"target"}, Description: "1 if the last poll of the target's snapshot succeeded."},
+	tInflight:         {Name: "target_llm_inflight", Labels: []string{"target", "lane"}, Description: "A target process's calls holding a lane slot."},
+	tLimit:            {Name: "target_llm_limit", Labels: []string{"target", "lane"}, Description: "A target process's lane limit."},
+	tDepth:            {Name: "target_llm_queue_depth", Labels: []string{"target", "lane", "priority"}, Description: "A target process's calls waiting for a lane slot, by class."},
+	tSaturated:        {Name: "target_llm_saturated", Labels: []string{"target", "lane"}, Description: "1 when a target process's lane has queued for 60 s or more."},
+	tP90:              {Name: "target_llm_wait_p90_seconds", Labels: []string{"target", "lane"}, Description: "A target process's 5-minute p90 wait."},
+	tTimeouts:         {Name: "target_llm_queue_timeouts_5m", Labels: []string{"target", "lane"}, Description: "A target process's queue timeouts in the last 5 minutes."},
+	tState:            {Name: "target_llm_lane_state", Labels: []string{"target", "lane", "state"}, Description: "A target process's lane classification (1 for the current state)."},
+	tBudget:           {Name: "llm_lane_budget", Labels: []string{"lane"}, Description: "Sum of the lane's limits across this exporter and its targets."},
+	tCapacity:         {Name: "llm_lane_capacity", Labels: []string{"lane", "upstream"}, Description: "Configured parallel capacity of the upstream the lane calls (absent if unknown)."},
+	tOvercommitted:    {Name: "llm_lane_overcommitted", Labels: []string{"lane"}, Description: "1 when the lane's budget across processes exceeds its upstream's capacity."},
+	tUpstreamCapacity: {Name: "upstream_capacity", Labels: []string{"upstream"}, Description: "Configured parallel capacity of an upstream (0 if unknown)."},
+}
+
+// TargetDefs returns the table of the gauges lanes-exporter adds for its
+// targets and the lanes' budgets (a copy).
+func TargetDefs() []otelbridge.Def { return append([]otelbridge.Def(nil), targetDefs[:]...) }
+
 func newTargetCollector(s *Server, p string) *targetCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(p+"_"+name, help, labels, nil)
+	c := &targetCollector{s: s}
+	for i, d := range targetDefs {
+		c.descs[i] = prometheus.NewDesc(p+"_"+d.Name, d.Description, d.Labels, nil)
 	}
-	return &targetCollector{s: s,
-		up:               d("target_up", "1 if the last poll of the target's snapshot succeeded.", "target"),
-		inflight:         d("target_llm_inflight", "A target process's calls holding a lane slot.", "target", "lane"),
-		limit:            d("target_llm_limit", "A target process's lane limit.", "target", "lane"),
-		depth:            d("target_llm_queue_depth", "A target process's calls waiting for a lane slot, by class.", "target", "lane", "priority"),
-		saturated:        d("target_llm_saturated", "1 when a target process's lane has queued for 60 s or more.", "target", "lane"),
-		p90:              d("target_llm_wait_p90_seconds", "A target process's 5-minute p90 wait.", "target", "lane"),
-		timeouts:         d("target_llm_queue_timeouts_5m", "A target process's queue timeouts in the last 5 minutes.", "target", "lane"),
-		state:            d("target_llm_lane_state", "A target process's lane classification (1 for the current state).", "target", "lane", "state"),
-		budget:           d("llm_lane_budget", "Sum of the lane's limits across this exporter and its targets.", "lane"),
-		capacity:         d("llm_lane_capacity", "Configured parallel capacity of the upstream the lane calls (absent if unknown).", "lane", "upstream"),
-		overcommitted:    d("llm_lane_overcommitted", "1 when the lane's budget across processes exceeds its upstream's capacity.", "lane"),
-		upstreamCapacity: d("upstream_capacity", "Configured parallel capacity of an upstream (0 if unknown).", "upstream"),
-	}
+	return c
 }
 
 func (c *targetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.limit, c.depth, c.saturated, c.p90, c.timeouts, c.state,
-		c.budget, c.capacity, c.overcommitted, c.upstreamCapacity} {
+	for _, d := range c.descs {
 		ch <- d
 	}
 }
@@ -246,33 +272,33 @@ func (c *targetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	th := c.s.cfg.Load().thresholds()
 	for _, src := range c.s.targets().sources() {
-		g(c.up, b01(src.Up), src.Name)
+		g(c.descs[tUp], b01(src.Up), src.Name)
 		for _, l := range src.Snapshot.Lanes {
-			g(c.inflight, float64(l.Inflight), src.Name, l.Lane)
-			g(c.limit, float64(l.Limit), src.Name, l.Lane)
+			g(c.descs[tInflight], float64(l.Inflight), src.Name, l.Lane)
+			g(c.descs[tLimit], float64(l.Limit), src.Name, l.Lane)
 			q := l.QueuedByPriority
-			g(c.depth, float64(q.Interactive), src.Name, l.Lane, "interactive")
-			g(c.depth, float64(q.Default), src.Name, l.Lane, "default")
-			g(c.depth, float64(q.Bulk), src.Name, l.Lane, "bulk")
-			g(c.saturated, b01(l.Saturated), src.Name, l.Lane)
+			g(c.descs[tDepth], float64(q.Interactive), src.Name, l.Lane, "interactive")
+			g(c.descs[tDepth], float64(q.Default), src.Name, l.Lane, "default")
+			g(c.descs[tDepth], float64(q.Bulk), src.Name, l.Lane, "bulk")
+			g(c.descs[tSaturated], b01(l.Saturated), src.Name, l.Lane)
 			if l.WaitP90 != nil {
-				g(c.p90, float64(*l.WaitP90), src.Name, l.Lane)
+				g(c.descs[tP90], float64(*l.WaitP90), src.Name, l.Lane)
 			}
-			g(c.timeouts, float64(l.QueueTimeouts5m), src.Name, l.Lane)
+			g(c.descs[tTimeouts], float64(l.QueueTimeouts5m), src.Name, l.Lane)
 			st := classify.Lane(l, th).State
 			for _, s := range classify.States() {
-				g(c.state, b01(s == st), src.Name, l.Lane, string(s))
+				g(c.descs[tState], b01(s == st), src.Name, l.Lane, string(s))
 			}
 		}
 	}
 	for _, b := range c.s.budgets() {
-		g(c.budget, float64(b.Total), b.Lane)
+		g(c.descs[tBudget], float64(b.Total), b.Lane)
 		if b.Capacity > 0 {
-			g(c.capacity, float64(b.Capacity), b.Lane, b.Upstream)
+			g(c.descs[tCapacity], float64(b.Capacity), b.Lane, b.Upstream)
 		}
-		g(c.overcommitted, b01(b.Overcommitted), b.Lane)
+		g(c.descs[tOvercommitted], b01(b.Overcommitted), b.Lane)
 	}
 	for _, u := range c.s.cfg.Load().Upstreams {
-		g(c.upstreamCapacity, float64(u.Capacity), u.Name)
+		g(c.descs[tUpstreamCapacity], float64(u.Capacity), u.Name)
 	}
 }

@@ -1,86 +1,117 @@
 package lanehttp
 
-// The error codes: every answer that a Transport, or lanes-exporter, gives
-// in place of the gateway's carries one of these as the "code" of its
-// OpenAI-style body ({"error": {"message", "type", "code", ...}}), so that
-// a client can branch on it. This is the one table of them; the status of
-// each is beside it.
-const (
-	// Sent by a Transport (and so by lanes-exporter), for a call that got
-	// no slot or could not be read:
+import (
+	"net/http"
+	"slices"
+	"strconv"
+)
 
-	// QueueTimeoutCode: 503, the call waited the whole queue timeout;
-	// x-should-retry: false, Retry-After the estimated wait.
+// The error codes: every answer that a Transport gives in place of the
+// gateway's carries one of these as the "code" of its OpenAI-style body
+// ({"error": {"message", "type", "code", ...}}), so that a client can
+// branch on it. The table (Codes) gives each its status and what its
+// x-should-retry header says; lanes-exporter sends the same codes, and
+// has a table of its own for those only its proxy and routes send.
+const (
+	// QueueTimeoutCode: the call waited the whole queue timeout;
+	// Retry-After is the estimated wait.
 	QueueTimeoutCode = "lane_queue_timeout"
-	// LaneLimitCode: 503, the call's lane does not exist and max_lanes
-	// lanes do; x-should-retry: false.
+	// LaneLimitCode: the call's lane does not exist and max_lanes lanes do.
 	LaneLimitCode = "lane_limit_reached"
-	// ShuttingDownCode: 503, the process is shutting down; retryable, to
+	// ShuttingDownCode: the process is shutting down; retryable, to
 	// another instance.
 	ShuttingDownCode = "lane_shutting_down"
-	// LaneUnavailableCode: 503, the lane is shared and its store is
+	// LaneUnavailableCode: the lane is shared and its store is
 	// unreachable, with the backend set to refuse calls then; retryable.
 	LaneUnavailableCode = "lane_unavailable"
-	// TokenBudgetCode: 413, the call's token estimate is larger than a
-	// whole token budget of its lane (it could never be granted); the
-	// message names the budget. x-should-retry: false.
+	// TokenBudgetCode: the call's token estimate is larger than a whole
+	// token budget of its lane (it could never be granted); the message
+	// names the budget.
 	TokenBudgetCode = "token_budget_exceeded"
-	// RequestTooLargeCode: 413, the body is over the limit.
+	// RequestTooLargeCode: the body is over the limit.
 	RequestTooLargeCode = "request_too_large"
-	// InvalidJSONCode: 400, the body is not a JSON object.
+	// InvalidJSONCode: the body is not a JSON object.
 	InvalidJSONCode = "invalid_json"
-	// MissingModelCode: 400, the body names no model.
+	// MissingModelCode: the body names no model.
 	MissingModelCode = "missing_model"
-
-	// Sent by lanes-exporter's proxy:
-
-	// UnknownUpstreamCode: 404, no upstream of that name is configured.
-	UnknownUpstreamCode = "unknown_upstream"
-	// InvalidPathCode: 400, the path has . or .. segments.
-	InvalidPathCode = "invalid_path"
-	// InvalidPriorityCode: 400, X-LLM-Priority names no class.
-	InvalidPriorityCode = "invalid_priority"
-	// InvalidTenantCode: 400, X-LLM-Tenant (or the header tenant_from
-	// names) is not 1 to 64 bytes of A-Z a-z 0-9 . _ : -.
-	InvalidTenantCode = "invalid_tenant"
-	// InvalidBodyCode: 400, the body could not be read (malformed, cut
-	// short).
-	InvalidBodyCode = "invalid_body"
-	// BodyReadTimeoutCode: 408, the body did not arrive within
-	// proxy.body_read_timeout.
-	BodyReadTimeoutCode = "body_read_timeout"
-	// QueuedBytesLimitCode: 503, the bodies of the calls in progress take
-	// limits.max_queued_bytes; Retry-After 1.
-	QueuedBytesLimitCode = "queued_bytes_limit"
-	// ModelTooLongCode: 400, the model id is over limits.max_model_bytes.
-	ModelTooLongCode = "model_too_long"
-	// InvalidModelCode: 400, the model id has a character no model id needs.
-	InvalidModelCode = "invalid_model"
-	// ModelNotAllowedCode: 403, the model is not in the upstream's models.
-	ModelNotAllowedCode = "model_not_allowed"
-	// UpstreamStallCode: 504, the gateway sent no headers or no body within
-	// the proxy's timeouts.
+	// UpstreamStallCode: the gateway sent no headers or no body within the
+	// timeouts (a Transport's stall error; lanes-exporter's 504).
 	UpstreamStallCode = "upstream_stall"
-	// UpstreamUnreachableCode: 502, the gateway could not be reached.
+	// UpstreamUnreachableCode: the gateway could not be reached (a
+	// Transport's transport error; lanes-exporter's 502).
 	UpstreamUnreachableCode = "upstream_unreachable"
-
-	// Sent by lanes-exporter's lifecycle route, POST /-/reload:
-
-	// MethodNotAllowedCode: 405, a method other than POST.
-	MethodNotAllowedCode = "method_not_allowed"
-	// LifecycleDisabledCode: 403, started without --web.enable-lifecycle.
-	LifecycleDisabledCode = "lifecycle_disabled"
-	// CrossOriginCode: 403, a request from a web page (with an Origin).
-	CrossOriginCode = "cross_origin"
-	// UnsupportedMediaTypeCode: 415, a body that is not JSON.
-	UnsupportedMediaTypeCode = "unsupported_media_type"
-	// ReloadRefusedCode: 400, the new configuration is refused; the old one
-	// stays.
-	ReloadRefusedCode = "reload_refused"
-
-	// Sent by lanes-exporter's read-only routes:
-
-	// InvalidQueryCode: 400, a query parameter that does not parse (the
-	// history route's since).
-	InvalidQueryCode = "invalid_query"
 )
+
+// A Code is one error code of a table: its name (the body's "code"), the
+// status it is sent with, and whether it is marked x-should-retry: false
+// so that the official SDKs do not retry it (else they follow their own
+// rule, retrying 408, 409, 429 and 5xx).
+type Code struct {
+	Name    string
+	Status  int
+	NoRetry bool
+	When    string // when it is sent, in a line (docs/OBSERVABILITY.md)
+}
+
+// codeTable is this package's table; read only.
+var codeTable = []Code{
+	{QueueTimeoutCode, http.StatusServiceUnavailable, true, "the call waited the whole queue timeout; Retry-After is the estimated wait"},
+	{LaneLimitCode, http.StatusServiceUnavailable, true, "the call's lane does not exist and `max_lanes` lanes do"},
+	{ShuttingDownCode, http.StatusServiceUnavailable, false, "the process is shutting down: send the call again, to another instance"},
+	{LaneUnavailableCode, http.StatusServiceUnavailable, false, "the lane is shared, its store (Redis) is unreachable and the backend refuses calls then; Retry-After 5"},
+	{TokenBudgetCode, http.StatusRequestEntityTooLarge, true, "the call's token estimate is larger than a whole token budget of its lane"},
+	{RequestTooLargeCode, http.StatusRequestEntityTooLarge, true, "the body is over the limit"},
+	{InvalidJSONCode, http.StatusBadRequest, true, "the body is not a JSON object"},
+	{MissingModelCode, http.StatusBadRequest, true, "the body names no model"},
+	{UpstreamStallCode, http.StatusGatewayTimeout, false, "the gateway sent no headers, or no body, within the timeouts"},
+	{UpstreamUnreachableCode, http.StatusBadGateway, false, "the gateway could not be reached"},
+}
+
+// Codes returns this package's table of error codes (a copy).
+func Codes() []Code { return slices.Clone(codeTable) }
+
+// CodeOf returns the code named name in this package's table.
+func CodeOf(name string) (Code, bool) {
+	i := slices.IndexFunc(codeTable, func(c Code) bool { return c.Name == name })
+	if i < 0 {
+		return Code{}, false
+	}
+	return codeTable[i], true
+}
+
+// mustCode returns the code named name in this package's table; a name
+// not in it is a mistake of this package's.
+func mustCode(name string) Code {
+	c, ok := CodeOf(name)
+	if !ok {
+		panic("lanehttp: no error code " + strconv.Quote(name))
+	}
+	return c
+}
+
+// Body returns the OpenAI-style error body of an answer with this code.
+func (c Code) Body(msg string) ErrorBody { return NewError(c.Status, c.Name, msg) }
+
+// Header sets on h what this code's answers carry besides the body: its
+// x-should-retry header.
+func (c Code) Header(h http.Header) {
+	if c.NoRetry {
+		h.Set("X-Should-Retry", "false")
+	} else {
+		h.Del("X-Should-Retry")
+	}
+}
+
+// Write answers w with this code and the body b (see WriteError).
+func (c Code) Write(w http.ResponseWriter, b ErrorBody) {
+	c.Header(w.Header())
+	WriteError(w, c.Status, b)
+}
+
+// Response returns the synthesized response to req with this code and the
+// body b.
+func (c Code) Response(req *http.Request, b ErrorBody) *http.Response {
+	res := NewErrorResponse(req, c.Status, b)
+	c.Header(res.Header)
+	return res
+}

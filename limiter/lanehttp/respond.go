@@ -82,7 +82,7 @@ func QueueTimeoutBody(e *limiter.QueueTimeoutError) ErrorBody {
 // or a scheduler deciding when to send the work again), and the JSON error
 // of QueueTimeoutBody.
 func QueueTimeoutResponse(req *http.Request, e *limiter.QueueTimeoutError) *http.Response {
-	res := NewErrorResponse(req, http.StatusServiceUnavailable, QueueTimeoutBody(e))
+	res := mustCode(QueueTimeoutCode).Response(req, QueueTimeoutBody(e))
 	res.Header.Set("Retry-After", strconv.FormatInt(int64(max(time.Second, e.RetryAfter)/time.Second), 10))
 	return res
 }
@@ -111,16 +111,15 @@ func NewErrorResponse(req *http.Request, status int, body ErrorBody) *http.Respo
 	}
 }
 
-// requestErrorBody returns the status and JSON error for a refused request.
-func requestErrorBody(e *RequestError) (int, ErrorBody) {
-	status, code := http.StatusBadRequest, InvalidJSONCode
+// requestErrorCode returns the code of a refused request.
+func requestErrorCode(e *RequestError) Code {
 	switch {
 	case errors.Is(e.Err, ErrBodyTooLarge):
-		status, code = http.StatusRequestEntityTooLarge, RequestTooLargeCode
+		return mustCode(RequestTooLargeCode)
 	case errors.Is(e.Err, ErrNoModel):
-		code = MissingModelCode
+		return mustCode(MissingModelCode)
 	}
-	return status, NewError(status, code, e.Error())
+	return mustCode(InvalidJSONCode)
 }
 
 // QueueTimeoutFrom returns the queue timeout that a response synthesized by

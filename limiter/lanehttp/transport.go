@@ -298,8 +298,8 @@ func (t *Transport) prepare(req *http.Request) *admission {
 			a.err = re
 			return a
 		}
-		status, eb := requestErrorBody(re)
-		a.res = NewErrorResponse(req, status, eb)
+		c := requestErrorCode(re)
+		a.res = c.Response(req, c.Body(re.Error()))
 		return a
 	}
 	a.lane = DefaultLane(req, model)
@@ -338,15 +338,15 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 	case errors.As(err, &le):
 		named := *le
 		named.Lane = name
-		b := NewError(http.StatusServiceUnavailable, LaneLimitCode, named.Error())
+		c := mustCode(LaneLimitCode)
+		b := c.Body(named.Error())
 		b.Error.Lane = name
-		return NewErrorResponse(req, http.StatusServiceUnavailable, b)
+		return c.Response(req, b)
 	case errors.Is(err, limiter.ErrLaneUnavailable):
-		b := NewError(http.StatusServiceUnavailable, LaneUnavailableCode,
-			fmt.Sprintf("lane %q: the shared lane's store (Redis) is unreachable and this process refuses calls until it is back; send the call again later", name))
+		c := mustCode(LaneUnavailableCode)
+		b := c.Body(fmt.Sprintf("lane %q: the shared lane's store (Redis) is unreachable and this process refuses calls until it is back; send the call again later", name))
 		b.Error.Lane = name
-		res := NewErrorResponse(req, http.StatusServiceUnavailable, b)
-		res.Header.Del("X-Should-Retry") // retryable
+		res := c.Response(req, b)
 		res.Header.Set("Retry-After", "5")
 		return res
 	case errors.Is(err, limiter.ErrTokenBudget):
@@ -354,15 +354,15 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 		errors.As(err, &te)
 		named := *te
 		named.Lane = name
-		b := NewError(http.StatusRequestEntityTooLarge, TokenBudgetCode, named.Error())
+		c := mustCode(TokenBudgetCode)
+		b := c.Body(named.Error())
 		b.Error.Lane = name
-		return NewErrorResponse(req, http.StatusRequestEntityTooLarge, b)
+		return c.Response(req, b)
 	case errors.Is(err, limiter.ErrShuttingDown):
-		b := NewError(http.StatusServiceUnavailable, ShuttingDownCode,
-			fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name))
+		c := mustCode(ShuttingDownCode)
+		b := c.Body(fmt.Sprintf("lane %q: this process is shutting down and grants no more slots; send the call again (to another instance)", name))
 		b.Error.Lane = name
-		res := NewErrorResponse(req, http.StatusServiceUnavailable, b)
-		res.Header.Del("X-Should-Retry") // retryable, elsewhere
+		res := c.Response(req, b)
 		res.Header.Set("Connection", "close")
 		res.Close = true
 		return res

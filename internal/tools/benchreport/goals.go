@@ -220,7 +220,11 @@ func metricMaxGoal(text, name, unit string, maxV float64) goal {
 		if !ok {
 			return "not run", false
 		}
-		return fmt.Sprintf("%.3g %s", a, unit), a <= maxV
+		f := "%.3g %s" // three figures: 1.53 (a ratio), 44.0
+		if a >= 1000 {
+			f = "%.0f %s"
+		}
+		return fmt.Sprintf(f, a, unit), a <= maxV
 	}}
 }
 
