@@ -222,6 +222,27 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ValidateFor reports what Validate does, and the settings a lane kept by
+// the Backend b cannot have: a token budget with a Backend that keeps none
+// (its budgets must be decided in its store, with the slot), and a cold
+// start with any Backend (a shared lane is new to each process at a
+// different time). b nil is no Backend, and ValidateFor is Validate. b is
+// only asked what it keeps (TokenBackend), never used, so a nil pointer of
+// a Backend's type will do before one exists. New, SetConfig and
+// lanes-exporter's configuration run this one rule.
+func (c Config) ValidateFor(b Backend) error {
+	errs := []error{c.Validate()}
+	if b != nil {
+		if tb, ok := b.(TokenBackend); c.budgeted() && !(ok && tb.KeepsTokenBudgets()) {
+			errs = append(errs, &SettingError{Setting: "tokens_per_minute", Problem: "is set with a Backend that keeps no token budgets (not a TokenBackend); unset tokens_per_minute and max_inflight_tokens"})
+		}
+		if c.ColdStart {
+			errs = append(errs, &SettingError{Setting: "cold_start", Problem: "is set with a Backend (shared lanes): a shared lane is new to each process at a different time; unset cold_start"})
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // fairness returns the fairness settings, the zero ones for nil.
 func (c *Config) fairness() *Fairness {
 	if c.Fairness == nil {

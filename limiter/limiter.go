@@ -56,20 +56,17 @@ func WithObserver(o Observer) Option {
 func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
 
 // New returns a limiter with configuration cfg, or the error of
-// cfg.Validate.
+// cfg.ValidateFor(the Backend of opts, if any).
 func New(cfg Config, opts ...Option) (*Limiter, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	l := &Limiter{clock: systemClock{}, waiters: sync.Pool{New: newWaiter}}
 	for _, o := range opts {
 		o(l)
 	}
+	if err := cfg.ValidateFor(l.backend); err != nil {
+		return nil, err
+	}
 	if l.log == nil {
 		l.log = slog.Default()
-	}
-	if err := l.checkBackend(&cfg); err != nil {
-		return nil, err
 	}
 	l.origin = l.clock.Now()
 	l.cfg.Store(&cfg)
@@ -88,16 +85,13 @@ func (l *Limiter) Clock() Clock { return l.clock }
 func (l *Limiter) Config() Config { return *l.cfg.Load() }
 
 // SetConfig replaces the configuration, or returns the error of
-// cfg.Validate and keeps the old one. The new settings apply to later
+// cfg.ValidateFor(the limiter's Backend) and keeps the old one. The new settings apply to later
 // acquisitions and grants: slots already held are never revoked (a lowered
 // limit takes effect as they are released), waiters keep the queue timeout
 // they started with, a raised limit admits waiters at once, and
 // MaxInflight 0 admits every waiter.
 func (l *Limiter) SetConfig(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if err := l.checkBackend(&cfg); err != nil {
+	if err := cfg.ValidateFor(l.backend); err != nil {
 		return err
 	}
 	l.cfg.Store(&cfg)

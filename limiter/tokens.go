@@ -625,19 +625,6 @@ func (s *Slot) lease() Lease {
 	return h.lease
 }
 
-// checkBackend refuses token budgets with a Backend that does not keep
-// them (its lanes' budgets must be decided in its store, with the slot),
-// and a cold start with any Backend.
-func (l *Limiter) checkBackend(cfg *Config) error {
-	if tb, ok := l.backend.(TokenBackend); l.backend != nil && cfg.budgeted() && !(ok && tb.KeepsTokenBudgets()) {
-		return &SettingError{Setting: "tokens_per_minute", Problem: "is set with a Backend that keeps no token budgets (not a TokenBackend); unset tokens_per_minute and max_inflight_tokens"}
-	}
-	if l.backend != nil && cfg.ColdStart {
-		return &SettingError{Setting: "cold_start", Problem: "is set with a Backend: a shared lane is new to each process at a different time; unset cold_start"}
-	}
-	return nil
-}
-
 // tooLarge returns a *TokenBudgetError if cost exceeds a whole budget of
 // cfg, for a lane kept by a Backend (the provider's limit is not known
 // there).

@@ -289,9 +289,10 @@ func (b *Backend) markDown(err error) {
 		"local_max_inflight", b.cfg.LocalMaxInflight, "err", redactErr(err, b.url))
 }
 
-// Lanes reports the lanes' global state (see limiter.Backend).
 // KeepsTokenBudgets reports true: lane.lua decides the token budgets with
-// the slot (limiter.TokenBackend).
+// the slot (limiter.TokenBackend). A nil *Backend answers it too, so that a
+// configuration can be checked for shared lanes before the backend exists:
+// cfg.ValidateFor((*sharedlane.Backend)(nil)).
 func (b *Backend) KeepsTokenBudgets() bool { return true }
 
 // Reload puts the lanes keys under cfg (limiter.Reloader): their waiters,
@@ -314,6 +315,7 @@ func (b *Backend) Reload(ctx context.Context, keys []string, cfg limiter.Config)
 	}
 }
 
+// Lanes reports the lanes' global state (see limiter.Backend).
 func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.SharedLane {
 	out := map[string]limiter.SharedLane{}
 	if isDown, _ := b.down(); isDown {

@@ -28,6 +28,9 @@ type Config struct {
 	// tenantSource is limiter.fairness.tenant_from, parsed once by check
 	// rather than for every call.
 	tenantSource tenantSource
+	// res is the file resolved into the library's configurations, once,
+	// by check: New and a reload use these, never the file again.
+	res resolved
 
 	Listen         string         `yaml:"listen"`
 	Limiter        LimiterConfig  `yaml:"limiter"`
@@ -333,11 +336,9 @@ func (c *Config) check() error {
 	// (checkBounds has judged the limits section, whose 0 means a default
 	// here, not what it means to the library.)
 	var se *limiter.SettingError
-	if err := c.limiterConfig().Validate(); errors.As(err, &se) {
+	lc := c.limiterConfig()
+	if err := lc.ValidateFor(c.backendKind()); errors.As(err, &se) {
 		return keyErr("limiter."+se.Setting, "%s", se.Problem)
-	}
-	if c.Limiter.ColdStart && c.Shared != nil {
-		return keyErr("limiter.cold_start", "is set with shared: a shared lane is new to each process at a different time; unset cold_start")
 	}
 	if c.Limiter.DefaultMaxOutputTokens < 0 {
 		return keyErr("limiter.default_max_output_tokens", "is %d: want 0 (the default, %d) or more", c.Limiter.DefaultMaxOutputTokens, lanehttp.DefaultMaxOutputTokens)
@@ -383,13 +384,17 @@ func (c *Config) check() error {
 	if err := telemetry.ValidatePrefix(c.Metrics.Prefix); err != nil {
 		return keyErr("metrics.prefix", "%v", err)
 	}
-	if err := c.thresholds().Validate(); err != nil {
+	th := c.thresholds()
+	if err := th.Validate(); err != nil {
 		return keyErr("classification", "%v", err)
 	}
+	var sc *sharedlane.Config
 	if c.Shared != nil {
-		if err := c.Shared.sharedlane().Validate(); err != nil {
+		v := c.Shared.sharedlane()
+		if err := v.Validate(); err != nil {
 			return keyErr("shared", "%v", err)
 		}
+		sc = &v
 	}
 	names := map[string]bool{}
 	for i, t := range c.Targets {
@@ -407,6 +412,24 @@ func (c *Config) check() error {
 		if t.Interval == 0 {
 			c.Targets[i].Interval = Duration(DefaultTargetInterval)
 		}
+	}
+	c.res = resolved{limiter: lc, thresholds: th, shared: sc}
+	return nil
+}
+
+// resolved is a checked file turned into the library's configurations.
+type resolved struct {
+	limiter    limiter.Config
+	thresholds classify.Thresholds
+	shared     *sharedlane.Config // nil: no lane is shared
+}
+
+// backendKind is the kind of limiter.Backend the file asks for, for
+// limiter.Config.ValidateFor: a nil *sharedlane.Backend with shared:, nil
+// (none) without.
+func (c *Config) backendKind() limiter.Backend {
+	if c.Shared != nil {
+		return (*sharedlane.Backend)(nil)
 	}
 	return nil
 }

@@ -3,9 +3,19 @@ package exporter
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
+	"github.com/llmlanes/llmlanes/sharedlane"
 
 	"github.com/llmlanes/llmlanes/limiter"
 )
@@ -114,12 +124,19 @@ func TestExampleConfig(t *testing.T) {
 }
 
 // Parsing never panics, and every refusal is a *ConfigError naming the file.
+// configSeeds are FuzzParseConfig's seeds, which TestAcceptedConfigsStart
+// starts too.
+var configSeeds = []string{
+	"limiter: {max_inflight: 6}\nupstreams: [{name: gw, base_url: \"https://gw/v1\", capacity: 8}]\n",
+	"listen: 127.0.0.1:0\nupstreams:\n  - name: a\n    base_url: http://x\ntargets: [{name: t, url: http://y, interval: 5}]\n",
+	"limiter: {max_inflight: 2, tokens_per_minute: 1000, max_inflight_tokens: 500, cold_start: true}\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\n",
+	"limiter: {max_inflight: 2, tokens_per_minute: 1000}\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\nshared: {redis_url: \"redis://127.0.0.1:1\"}\n",
+	"limiter: {max_inflight: 2, cold_start: true}\nupstreams: [{name: gw, base_url: \"https://gw/v1\"}]\nshared: {redis_url: \"redis://127.0.0.1:1\"}\n",
+	"limiter: {queue_timeout: 1.5}\n", "{", "- 1", "upstreams: [{name: [], base_url: {}}]", "classification: {wait_p90: -3s}",
+}
+
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{
-		"limiter: {max_inflight: 6}\nupstreams: [{name: gw, base_url: \"https://gw/v1\", capacity: 8}]\n",
-		"listen: 127.0.0.1:0\nupstreams:\n  - name: a\n    base_url: http://x\ntargets: [{name: t, url: http://y, interval: 5}]\n",
-		"limiter: {queue_timeout: 1.5}\n", "{", "- 1", "upstreams: [{name: [], base_url: {}}]", "classification: {wait_p90: -3s}",
-	} {
+	for _, s := range configSeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -128,10 +145,83 @@ func FuzzParseConfig(f *testing.F) {
 		if err != nil && (!errors.As(err, &ce) || ce.File != "f.yaml") {
 			t.Fatalf("error %T %v is not a *ConfigError naming the file", err, err)
 		}
-		if err == nil && (len(c.Upstreams) == 0 || c.limiterConfig().Validate() != nil || c.thresholds().Validate() != nil) {
-			t.Fatalf("accepted an unusable config: %+v", c)
+		if err != nil {
+			return
+		}
+		// What the file accepts, the library accepts: New with the
+		// backend the file asks for (its kind: TestAcceptedConfigsStart
+		// starts a real one), and a reload.
+		lim, err := limiter.New(c.res.limiter, limiter.WithBackend(c.backendKind()))
+		if err != nil || len(c.Upstreams) == 0 || c.res.thresholds.Validate() != nil {
+			t.Fatalf("accepted an unusable config (limiter.New: %v): %+v", err, c)
+		}
+		if err := lim.SetConfig(c.res.limiter); err != nil {
+			t.Fatalf("accepted a config SetConfig refuses: %v", err)
 		}
 	})
+}
+
+// A file the exporter accepts is one the library starts with: for the
+// sample files, the fuzz target's seeds and each of them with shared lanes
+// added, every configuration ParseConfig accepts makes a limiter (New) and
+// reloads (SetConfig) with the backend it asks for, a real
+// sharedlane.Backend on a redis-server with shared:, none without; and a
+// file refused for its limiter section is one the library refuses with
+// that backend.
+func TestAcceptedConfigsStart(t *testing.T) {
+	r := redistest.Start(t)
+	inputs := map[string]string{}
+	for i, s := range configSeeds {
+		inputs[fmt.Sprint("seed ", i)] = s
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "lanes.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs["lanes.example.yaml"] = string(b)
+	for name, s := range maps.Clone(inputs) {
+		if c, err := ParseConfig("f.yaml", []byte(s)); err == nil && c.Shared == nil {
+			inputs[name+", shared"] = s + "\nshared: {redis_url: \"redis://127.0.0.1:1\"}\n"
+		}
+	}
+	started := map[bool]int{}
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		c, err := ParseConfig("f.yaml", []byte(inputs[name]))
+		var ce *ConfigError
+		if err != nil {
+			var raw Config
+			if errors.As(err, &ce) && strings.HasPrefix(ce.Key, "limiter.") && yaml.Unmarshal([]byte(inputs[name]), &raw) == nil {
+				if raw.limiterConfig().ValidateFor(raw.backendKind()) == nil {
+					t.Errorf("%s: refused (%v), but the library accepts its limiter section", name, err)
+				}
+			}
+			continue
+		}
+		var be limiter.Backend
+		if c.res.shared != nil {
+			sc := *c.res.shared
+			sc.URL, sc.Log = r.URL(), slog.New(slog.DiscardHandler)
+			sb, err := sharedlane.New(sc)
+			if err != nil {
+				t.Fatalf("%s: sharedlane.New: %v", name, err)
+			}
+			defer sb.Close()
+			be = sb
+		}
+		lim, err := limiter.New(c.res.limiter, limiter.WithBackend(be))
+		if err != nil {
+			t.Errorf("%s: accepted, but limiter.New refuses it: %v", name, err)
+			continue
+		}
+		if err := lim.SetConfig(c.res.limiter); err != nil {
+			t.Errorf("%s: accepted, but SetConfig refuses it: %v", name, err)
+		}
+		lim.Shutdown()
+		started[be != nil]++
+	}
+	if started[false] < 3 || started[true] < 3 {
+		t.Fatalf("started %d configurations with no backend and %d shared: want several of each", started[false], started[true])
+	}
 }
 
 // The limiter section has one rule, the library's: for every combination

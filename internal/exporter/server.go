@@ -113,7 +113,7 @@ func New(cfg *Config, o Options) (*Server, error) {
 		o.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	s.propagator = o.Propagator
-	tel, err := telemetry.New(telemetry.Options{Prefix: cfg.Metrics.Prefix, Thresholds: cfg.thresholds(),
+	tel, err := telemetry.New(telemetry.Options{Prefix: cfg.Metrics.Prefix, Thresholds: cfg.res.thresholds,
 		TracerProvider: o.TracerProvider, Propagator: o.Propagator, MetricExporters: o.MetricExporters,
 		MaxTenantSeries: cfg.Limits.MaxTenantSeries})
 	if err != nil {
@@ -126,8 +126,8 @@ func New(cfg *Config, o Options) (*Server, error) {
 	if o.Clock != nil {
 		opts = append(opts, limiter.WithClock(o.Clock))
 	}
-	if cfg.Shared != nil {
-		sc := cfg.Shared.sharedlane()
+	if cfg.res.shared != nil {
+		sc := *cfg.res.shared
 		sc.Log = s.log
 		sharedlane.RedisLogsTo(s.log) // go-redis's own lines too, structured and redacted
 		if s.shared, err = sharedlane.New(sc); err != nil {
@@ -136,7 +136,7 @@ func New(cfg *Config, o Options) (*Server, error) {
 		opts = append(opts, limiter.WithBackend(s.shared))
 		s.log.Info("lanes are shared in Redis", "redis_url", sharedlane.Redact(sc.URL), "process", s.shared.Process())
 	}
-	lim, err := limiter.New(cfg.limiterConfig(), opts...)
+	lim, err := limiter.New(cfg.res.limiter, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -204,8 +204,8 @@ func (s *Server) Config() *Config { return s.cfg.Load() }
 // apply puts a checked configuration in force: limits for later
 // acquisitions, thresholds, and the upstreams with their proxies.
 func (s *Server) apply(cfg *Config) {
-	_ = s.lim.SetConfig(cfg.limiterConfig()) // checked already
-	_ = s.tel.SetThresholds(cfg.thresholds())
+	_ = s.lim.SetConfig(cfg.res.limiter) // checked already
+	_ = s.tel.SetThresholds(cfg.res.thresholds)
 	ups := make(map[string]*upstream, len(cfg.Upstreams))
 	bases := make(map[string]string, len(cfg.Upstreams))
 	providers := map[string]string{}

@@ -270,7 +270,7 @@ func (c *targetCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
-	th := c.s.cfg.Load().thresholds()
+	th := c.s.cfg.Load().res.thresholds
 	for _, src := range c.s.targets().sources() {
 		g(c.descs[tUp], b01(src.Up), src.Name)
 		for _, l := range src.Snapshot.Lanes {
