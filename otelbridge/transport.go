@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmlanes/llmlanes/internal/redact"
 )
 
 // TransportOption configures Transport.
@@ -179,7 +180,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		semconv.HTTPRequestMethodKey.String(req.Method),
 		semconv.ServerAddress(host),
 		semconv.ServerPort(p),
-		semconv.URLFull(redact(req.URL)),
+		semconv.URLFull(redact.URL(req.URL)),
 	}
 	var ctx context.Context
 	var span trace.Span
@@ -228,21 +229,6 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res.Body = sb
 	return res, nil
-}
-
-// redact returns u without user info and with its query values replaced,
-// for url.full: a URL may carry a key.
-func redact(u *url.URL) string {
-	r := *u
-	r.User = nil
-	if r.RawQuery != "" {
-		q := r.Query()
-		for k := range q {
-			q[k] = []string{"REDACTED"}
-		}
-		r.RawQuery = q.Encode()
-	}
-	return r.String()
 }
 
 func errType(err error) string {

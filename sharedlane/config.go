@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/redact"
 	"github.com/llmlanes/llmlanes/limiter"
 
 	"github.com/redis/go-redis/v9"
@@ -200,38 +201,11 @@ func noMaint() *maintnotifications.Config {
 	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
-// Redact returns raw with every secret it may hold replaced by "xxxxx",
-// for logs and errors: the password of its user information, and the
-// values of the query parameters that may carry one (password,
-// sentinel_password, any whose name holds "pass", "secret", "token" or
-// "key"); its fragment is dropped. A URL that does not parse is not shown
-// at all: what could not be parsed cannot be redacted.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(a Redis URL that does not parse, not shown: it may hold a password)"
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	u.Fragment, u.RawFragment = "", ""
-	if u.RawQuery != "" {
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			u.RawQuery = "xxxxx"
-		} else {
-			for k := range q {
-				if secretKey(k) {
-					q[k] = []string{"xxxxx"}
-				}
-			}
-			u.RawQuery = q.Encode()
-		}
-	}
-	return u.String()
-}
+// Redact returns raw with every secret it may hold hidden, for logs and
+// errors: llmlanes' one rule for a URL (its user information and its query
+// values replaced by REDACTED, its fragment dropped). A URL that does not
+// parse is not shown at all: what could not be parsed cannot be redacted.
+func Redact(raw string) string { return redact.String(raw) }
 
 // secretKey reports whether a query parameter's value may be a secret.
 func secretKey(k string) bool {
@@ -244,7 +218,9 @@ func secretKey(k string) bool {
 	return false
 }
 
-// secrets returns what Redact hides in u.
+// secrets returns the secrets of u that an error's text may repeat (its
+// password, its fragment, the values of its secret-looking query
+// parameters), for redactErr: words of the text that are no secret stay.
 func secrets(u *url.URL) []string {
 	var out []string
 	if u == nil {
@@ -275,7 +251,7 @@ func secrets(u *url.URL) []string {
 func redactErr(err error, u *url.URL) string {
 	s := err.Error()
 	for _, p := range secrets(u) {
-		s = strings.ReplaceAll(s, p, "xxxxx")
+		s = strings.ReplaceAll(s, p, redact.Marker)
 	}
 	return redactSecrets(s)
 }
@@ -289,9 +265,9 @@ var secretInText = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s/]*@|((?i)[a-z_]*(?:p
 func redactSecrets(s string) string {
 	return secretInText.ReplaceAllStringFunc(s, func(m string) string {
 		if strings.HasPrefix(m, "://") {
-			return m[:strings.LastIndexByte(m[:len(m)-1], ':')+1] + "xxxxx@"
+			return m[:strings.LastIndexByte(m[:len(m)-1], ':')+1] + redact.Marker + "@"
 		}
-		return m[:strings.IndexByte(m, '=')+1] + "xxxxx"
+		return m[:strings.IndexByte(m, '=')+1] + redact.Marker
 	})
 }
 

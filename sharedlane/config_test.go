@@ -13,10 +13,10 @@ import (
 func TestRedact(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ raw, keep string }{
-		{"redis://user:SECRET-1@127.0.0.1:6379/0", "redis://user:xxxxx@127.0.0.1:6379/0"},
-		{"rediss://:SECRET-2@redis.internal:6380", "rediss://:xxxxx@redis.internal:6380"},
-		{"redis://127.0.0.1:26379/0?master_name=lanes&password=SECRET-3", "master_name=lanes"},
-		{"redis://u:SECRET-4@127.0.0.1:26379/0?master_name=lanes&sentinel_password=SECRET-5&addr=127.0.0.1:26380", "addr=127.0.0.1%3A26380"},
+		{"redis://user:SECRET-1@127.0.0.1:6379/0", "redis://REDACTED:REDACTED@127.0.0.1:6379/0"},
+		{"rediss://:SECRET-2@redis.internal:6380", "rediss://REDACTED:REDACTED@redis.internal:6380"},
+		{"redis://127.0.0.1:26379/0?master_name=lanes&password=SECRET-3", "master_name=REDACTED"},
+		{"redis://u:SECRET-4@127.0.0.1:26379/0?master_name=lanes&sentinel_password=SECRET-5&addr=127.0.0.1:26380", "addr=REDACTED"},
 		{"redis://:Xy#SECRET-6@h:6379/0", "does not parse"},
 		{"redis://h:6379/0#SECRET-7", "redis://h:6379/0"},
 	} {

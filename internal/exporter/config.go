@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/llmlanes/llmlanes/classify"
+	"github.com/llmlanes/llmlanes/internal/redact"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/otelbridge"
@@ -363,7 +364,7 @@ func (c *Config) check() error {
 		seen[u.Name] = true
 		p, err := url.Parse(u.BaseURL)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
-			return keyErr(k+".base_url", "%q: want an http or https URL without a query, such as https://gw.example/v1", redactURL(u.BaseURL))
+			return keyErr(k+".base_url", "%q: want an http or https URL without a query, such as https://gw.example/v1", redact.String(u.BaseURL))
 		}
 		if p.User != nil {
 			return keyErr(k+".base_url", "carries credentials: send them as the clients' Authorization header instead")
@@ -404,7 +405,7 @@ func (c *Config) check() error {
 		}
 		names[t.Name] = true
 		if p, err := url.Parse(t.URL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return keyErr(k+".url", "%q: want the http URL of a D8 snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", redactURL(t.URL))
+			return keyErr(k+".url", "%q: want the http URL of a D8 snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", redact.String(t.URL))
 		}
 		if t.Interval < 0 {
 			return keyErr(k+".interval", "is negative")
@@ -556,24 +557,4 @@ func (c *Config) checkBounds() error {
 		}
 	}
 	return nil
-}
-
-// redactURL returns s with its user info and its query values replaced,
-// for messages: a URL in a config file may carry a key.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(an unparsable URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("REDACTED")
-	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			q[k] = []string{"REDACTED"}
-		}
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
 }

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/redact"
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
@@ -293,7 +293,7 @@ func (t *Transport) prepare(req *http.Request) *admission {
 			a.err = err // the caller's body failed to read
 			return a
 		}
-		re := &RequestError{URL: redact(req.URL), Limit: limit, Err: err}
+		re := &RequestError{URL: redact.URL(req.URL), Limit: limit, Err: err}
 		if t.ReturnErrors {
 			a.err = re
 			return a
@@ -508,10 +508,4 @@ func setBody(req *http.Request) ([]byte, bool) {
 		rb.Close()
 	}
 	return nil, false
-}
-
-// redact returns u without user info or query, for messages.
-func redact(u *url.URL) string {
-	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
-	return r.String()
 }
