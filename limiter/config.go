@@ -151,19 +151,6 @@ func DefaultConfig() Config {
 		Fairness: &Fairness{MaxTenants: DefaultMaxTenants}}
 }
 
-// A SettingError is one setting of a Config out of range. Validate
-// returns them joined (errors.Join); errors.As finds the first.
-type SettingError struct {
-	// Setting names it as configuration files do: "max_inflight",
-	// "queue_timeout", "adaptive.min_inflight".
-	Setting string
-	// Problem says what is wrong and what is wanted: "is -1: want 0 (off)
-	// or more".
-	Problem string
-}
-
-func (e *SettingError) Error() string { return "limiter: " + e.Setting + " " + e.Problem }
-
 // Validate reports every setting that is out of range, each a
 // *SettingError.
 func (c Config) Validate() error {

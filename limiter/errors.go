@@ -62,3 +62,73 @@ func (e *LaneLimitError) Is(target error) bool { return target == ErrLaneLimit }
 // ErrShuttingDown is returned by Acquire once Shutdown has begun, to new
 // calls and to every call that was waiting: none of them will be granted.
 var ErrShuttingDown = errors.New("limiter: shutting down")
+
+// BackendQueueTimeout is the error a Backend's Acquire returns when a
+// call's wait reached its queue timeout, telling where the call stood in
+// the shared queue then, so that the limiter's *QueueTimeoutError reports
+// the lane's global figures (its place, the waiters, and a RetryAfter from
+// the calls ahead of a newcomer). errors.Is(err, ErrQueueTimeout) holds. A
+// Backend that cannot tell returns ErrQueueTimeout itself.
+type BackendQueueTimeout struct {
+	Position int // the call's 1-based place in the serving order
+	Queued   int // waiters in the lane, the call included
+	// Ahead counts, for a newcomer of each class (by Priority.Index), the
+	// waiters that would be served before it once this call has left.
+	Ahead [3]int
+}
+
+func (e *BackendQueueTimeout) Error() string {
+	return fmt.Sprintf("limiter: queue timeout at position %d of %d queued", e.Position, e.Queued)
+}
+
+// Is reports whether target is ErrQueueTimeout.
+func (e *BackendQueueTimeout) Is(target error) bool { return target == ErrQueueTimeout }
+
+// ErrLaneUnavailable is returned by Acquire when the lane's shared store
+// cannot be reached and the backend is set to refuse calls then: the call
+// may be retried (elsewhere, or later).
+var ErrLaneUnavailable = errors.New("limiter: the lane's shared store is unavailable")
+
+// A SettingError is one setting of a Config out of range. Validate
+// returns them joined (errors.Join); errors.As finds the first.
+type SettingError struct {
+	// Setting names it as configuration files do: "max_inflight",
+	// "queue_timeout", "adaptive.min_inflight".
+	Setting string
+	// Problem says what is wrong and what is wanted: "is -1: want 0 (off)
+	// or more".
+	Problem string
+}
+
+func (e *SettingError) Error() string { return "limiter: " + e.Setting + " " + e.Problem }
+
+// ErrUnknownPriority is wrapped by the error ParsePriority returns for a name
+// that is not a class.
+var ErrUnknownPriority = errors.New("unknown priority")
+
+// ErrTokenBudget is matched (errors.Is) by every *TokenBudgetError.
+var ErrTokenBudget = errors.New("limiter: call larger than the lane's token budget")
+
+// TokenBudgetError is returned by Acquire, at once, for a call whose
+// estimate exceeds a whole budget of its lane: it could never be granted.
+// It is not worth retrying unchanged; a smaller call (a shorter prompt, a
+// lower max_tokens) or a larger budget is.
+type TokenBudgetError struct {
+	Lane string
+	// Tokens is the call's estimate.
+	Tokens int64
+	// Budget names the budget, as configuration files do
+	// ("tokens_per_minute", "max_inflight_tokens"), or "provider" for the
+	// limit the gateway's rate-limit headers announced; Limit is its size.
+	Budget string
+	Limit  int64
+}
+
+func (e *TokenBudgetError) Error() string {
+	return fmt.Sprintf("limiter: lane %q: the call is estimated at %d tokens, more than the whole %s (%d): "+
+		"it could never be granted; send a shorter prompt or a lower max_tokens, or raise the budget",
+		e.Lane, e.Tokens, e.Budget, e.Limit)
+}
+
+// Is reports whether target is ErrTokenBudget.
+func (e *TokenBudgetError) Is(target error) bool { return target == ErrTokenBudget }

@@ -466,7 +466,8 @@ func (l *lane) stepEnded() {
 // out, or its context ends. It is called with mu held and returns with it
 // released: the lock must cover the enqueue and the first dispatch, and
 // must not be held while the call blocks.
-func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenant, cost, base int64, open bool) (Slot, error) {
+func (l *lane) waitLocked(ctx context.Context, cfg *Config, c *call, t *tenant, cost, base int64, open bool) (Slot, error) {
+	p := c.prio
 	if cost > 0 || l.tok != nil || cfg.budgeted() {
 		if err := l.admitTokensLocked(cfg, cost); err != nil {
 			l.mu.Unlock()
@@ -477,11 +478,8 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)
 	defer lim.putWaiter(w)
-	w.prio, w.t, w.cost, w.base, w.open, w.arrival, w.enqueued, w.seq = p, t, cost, base, open, now, now, l.seq
+	w.prio, w.t, w.cost, w.base, w.open, w.arrival, w.enqueued, w.seq = p, t, cost, base, open, c.arrivedBy(now), now, l.seq
 	l.seq++
-	if a, ok := ArrivalFrom(ctx); ok && a.Before(now) {
-		w.arrival = a
-	}
 	w.at = int64(w.arrival.Sub(lim.origin))
 	l.touchLocked(now)
 	l.enqueueLocked(w, cfg.queueTimeout())
@@ -547,7 +545,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, p Priority, t *tenan
 func (l *lane) emitWait(ctx context.Context, kind EventKind, p Priority, tenant string, wait time.Duration, position int) {
 	e := Event{Kind: kind, Lane: l.key, Priority: p, Tenant: tenant, Wait: wait, Position: position}
 	for _, o := range l.lim.observers {
-		l.lim.call(o, ctx, &e)
+		l.lim.tell(o, ctx, &e)
 	}
 }
 
@@ -619,48 +617,4 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 		l.touched = l.stats.Current()
 	}
 	return p, lease
-}
-
-// snapshotLocked reports the lane at now. It changes nothing: the
-// statistics are read as they stand at now, and a busy spell still going on
-// is added to them rather than recorded.
-func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
-	cfg = l.effLocked(cfg)
-	s := LaneSnapshot{
-		Lane:      l.key,
-		Limit:     cfg.MaxInflight,
-		Reserve:   cfg.Reserve(),
-		Inflight:  l.inflight,
-		Queued:    l.q.n,
-		ColdStart: l.cold,
-		QueuedByPriority: QueuedByPriority{
-			Interactive: l.q.byClass[Interactive.Index()],
-			Default:     l.q.byClass[Default.Index()],
-			Bulk:        l.q.byClass[Bulk.Index()],
-		},
-	}
-	s.AllTenants = l.snapshotTenants(cfg)
-	s.Tokens = l.snapshotTokensLocked(cfg, now)
-	s.Tenants = topTenants(s.AllTenants)
-	if l.q.oldest != nil {
-		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())
-		s.Saturated = now.Sub(l.since) >= saturationAfter
-	}
-	v := l.stats.At(now)
-	if p50, p90, ok := v.Percentiles(); ok {
-		a, b := seconds(p50), seconds(p90)
-		s.WaitP50, s.WaitP90 = &a, &b
-	}
-	s.QueueTimeouts5m = v.Timeouts()
-	s.Upstream = upstreamCounts(&v)
-	s.ETA = l.etaLocked(cfg, now, &v)
-	if l.adapt != nil && cfg.Adaptive != nil && l.adapt.Settings() == *cfg.Adaptive {
-		s.Adaptive = adaptiveState(l.adapt.State(now))
-	}
-	if l.lim.backend != nil {
-		s.ETA = nil // the local history says nothing of the other processes' calls
-		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: QueuedByPriority{
-			Interactive: l.waiting[Interactive.Index()], Default: l.waiting[Default.Index()], Bulk: l.waiting[Bulk.Index()]}}
-	}
-	return s
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,9 +149,11 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	if err := ctx.Err(); err != nil {
 		return Slot{}, err
 	}
-	p := PriorityFrom(ctx)
+	var c call
+	c.read(ctx)
+	p := c.prio
 	if l.backend != nil {
-		return l.acquireShared(ctx, key, cfg, p)
+		return l.acquireShared(ctx, key, cfg, &c)
 	}
 	ln, err := l.openLane(ctx, key, cfg, p)
 	if err != nil {
@@ -164,8 +165,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		cfg = ln.effLocked(cfg)
 		ln.settleDrainLocked(cfg)
 	}
-	t := ln.tenantLocked(cfg, TenantFrom(ctx))
-	base, open := ln.estimateLocked(cfg, ctx)
+	t := ln.tenantLocked(cfg, c.tenant)
+	base, open := ln.estimateLocked(cfg, c.tokens)
 	cost := ln.calibrateLocked(cfg, t, base)
 	if ln.q.n == 0 && !t.parked && ln.fitsLocked(cfg, p) && ln.tokensNowLocked(cfg, cost) {
 		h := ln.grantNowLocked(cfg, p, t, cost)
@@ -173,15 +174,23 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		gen := h.gen
 		ln.mu.Unlock()
 		if len(l.observers) > 0 {
-			l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p, Tenant: t.label})
+			l.emitAcquired(ctx, key, p, t.label)
 		}
 		return Slot{h: h, gen: gen}, nil
 	}
-	return ln.waitLocked(ctx, cfg, p, t, cost, base, open)
+	return ln.waitLocked(ctx, cfg, &c, t, cost, base, open)
 }
 
-// lane returns the lane named key, making it if it does not exist and
-// cfg.MaxLanes allows one more.
+// emitAcquired tells the observers of an immediate grant. Not inlined, so
+// that the Event is made in its frame, not in Acquire's: Acquire's frame
+// stays on the stack of every call that waits (docs/DESIGN.md, "A queued
+// call's stack").
+//
+//go:noinline
+func (l *Limiter) emitAcquired(ctx context.Context, key string, p Priority, tenant string) {
+	l.emit(ctx, Event{Kind: Acquired, Lane: key, Priority: p, Tenant: tenant})
+}
+
 // openLane returns lane key locked, made if need be, or refuses the call:
 // with the lane table's error, or ErrShuttingDown. closed is checked under
 // the lane's lock, which Shutdown takes after setting it: a call either
@@ -307,44 +316,19 @@ func (l *Limiter) Shutdown() {
 //go:noinline
 func (l *Limiter) emit(ctx context.Context, e Event) {
 	for _, o := range l.observers {
-		l.call(o, ctx, &e)
+		l.tell(o, ctx, &e)
 	}
 }
 
-// call tells o of e, recovering a panic. It takes e by pointer so that its
+// tell tells o of e, recovering a panic. It takes e by pointer so that its
 // frame holds no copy of the Event beyond the one o is called with.
-func (l *Limiter) call(o Observer, ctx context.Context, e *Event) {
+func (l *Limiter) tell(o Observer, ctx context.Context, e *Event) {
 	defer func() {
 		if r := recover(); r != nil {
 			l.log.Error("limiter: observer panicked", "event", e.Kind.String(), "lane", e.Lane, "panic", fmt.Sprint(r))
 		}
 	}()
 	o(ctx, *e)
-}
-
-// Snapshot reports every lane, sorted by key; with the limiter off it is
-// Snapshot{Enabled: false}. It reads memory only, except with a Backend:
-// then it asks the backend for the lanes' global figures, waiting at most
-// SharedStateTimeout.
-func (l *Limiter) Snapshot() Snapshot {
-	cfg := l.cfg.Load()
-	if cfg.MaxInflight == 0 {
-		return Snapshot{}
-	}
-	now := l.clock.Now()
-	s := Snapshot{Enabled: true, GeneratedAt: now.UTC().Truncate(time.Second), Lanes: []LaneSnapshot{}}
-	l.lanes.Range(func(_, v any) bool {
-		ln := v.(*lane)
-		ln.mu.Lock()
-		s.Lanes = append(s.Lanes, ln.snapshotLocked(cfg, now))
-		ln.mu.Unlock()
-		return true
-	})
-	sort.Slice(s.Lanes, func(i, j int) bool { return s.Lanes[i].Lane < s.Lanes[j].Lane })
-	if l.backend != nil {
-		l.mergeShared(s.Lanes, now)
-	}
-	return s
 }
 
 // Slot is a granted place in a lane. Release it exactly when the call's

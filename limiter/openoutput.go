@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"math"
 	"slices"
 )
@@ -22,17 +21,6 @@ const (
 	openMinSamples = 8
 	openPercentile = 0.9
 )
-
-type openOutput struct{ prompt, fallback int64 }
-
-// WithOpenOutput returns a context whose model call names no output bound:
-// it is estimated at prompt tokens plus what its lane has learned such
-// calls write, or fallback (a default output bound) until the lane has
-// learned it. It replaces an estimate WithTokens set, and is replaced by
-// one it sets; TokensFrom reads prompt plus fallback.
-func WithOpenOutput(ctx context.Context, prompt, fallback int64) context.Context {
-	return context.WithValue(ctx, tokensKey{}, &openOutput{max(prompt, 0), max(fallback, 0)})
-}
 
 func addSat(a, b int64) int64 {
 	if b > math.MaxInt64-a {
@@ -71,10 +59,10 @@ func (o *outputs) bound() (int64, bool) {
 	return o.sorted[int(math.Ceil(openPercentile*float64(len(o.sorted))))-1], true
 }
 
-// estimateLocked returns the estimate of the call ctx carries (see
-// WithTokens, WithOpenOutput), and whether it names no output bound.
-func (l *lane) estimateLocked(cfg *Config, ctx context.Context) (int64, bool) {
-	v := ctx.Value(tokensKey{})
+// estimateLocked returns the estimate of a call whose context's estimate
+// is v (call.tokens: see WithTokens, WithOpenOutput), and whether it names
+// no output bound.
+func (l *lane) estimateLocked(cfg *Config, v any) (int64, bool) {
 	if n, ok := v.(int64); ok || v == nil {
 		return max(n, 0), false // small enough to inline: most calls
 	}

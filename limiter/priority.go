@@ -1,11 +1,8 @@
 package limiter
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"time"
 )
 
 // Priority is the class of a model call. Waiters are served by class first
@@ -23,10 +20,6 @@ const (
 	// Bulk is fan-out work: workflow steps, sweeps, review-panel finders.
 	Bulk Priority = 1
 )
-
-// ErrUnknownPriority is wrapped by the error ParsePriority returns for a name
-// that is not a class.
-var ErrUnknownPriority = errors.New("unknown priority")
 
 // ParsePriority returns the class named s: "interactive", "default" or
 // "bulk", exactly. Any other name gives an error that wraps
@@ -79,37 +72,3 @@ func (p Priority) valid() bool { return p >= Interactive && p <= Bulk }
 // Index maps the classes onto 0, 1 and 2, in serving order (Interactive
 // first), for arrays indexed by class.
 func (p Priority) Index() int { return int(p - Interactive) }
-
-type priorityKey struct{}
-type arrivalKey struct{}
-
-// WithPriority returns a context whose model calls run in class p.
-// Goroutines started with the returned context inherit the class.
-func WithPriority(ctx context.Context, p Priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p)
-}
-
-// PriorityFrom returns the class carried by ctx: Default when ctx carries
-// none, or carries a value that is not a class.
-func PriorityFrom(ctx context.Context) Priority {
-	p, ok := ctx.Value(priorityKey{}).(Priority)
-	if !ok || !p.valid() {
-		return Default
-	}
-	return p
-}
-
-// WithArrival returns a context that carries the logical arrival time t of a
-// call. A retry or reconnect that acquires again under this context keeps
-// its place for aging and for first-come-first-served ordering, instead of
-// starting over at the back of its class. An arrival in the future counts as
-// now.
-func WithArrival(ctx context.Context, t time.Time) context.Context {
-	return context.WithValue(ctx, arrivalKey{}, t)
-}
-
-// ArrivalFrom returns the logical arrival time carried by ctx, if any.
-func ArrivalFrom(ctx context.Context) (time.Time, bool) {
-	t, ok := ctx.Value(arrivalKey{}).(time.Time)
-	return t, ok
-}

@@ -1,8 +1,12 @@
 package limiter
 
 import (
+	"context"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -111,4 +115,278 @@ func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * fl
 // MarshalJSON encodes s with exactly one decimal.
 func (s Seconds) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, float64(seconds(float64(s))), 'f', 1, 64), nil
+}
+
+// snapshotLocked reports the lane at now. It changes nothing: the
+// statistics are read as they stand at now, and a busy spell still going on
+// is added to them rather than recorded.
+func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
+	cfg = l.effLocked(cfg)
+	s := LaneSnapshot{
+		Lane:      l.key,
+		Limit:     cfg.MaxInflight,
+		Reserve:   cfg.Reserve(),
+		Inflight:  l.inflight,
+		Queued:    l.q.n,
+		ColdStart: l.cold,
+		QueuedByPriority: QueuedByPriority{
+			Interactive: l.q.byClass[Interactive.Index()],
+			Default:     l.q.byClass[Default.Index()],
+			Bulk:        l.q.byClass[Bulk.Index()],
+		},
+	}
+	s.AllTenants = l.snapshotTenants(cfg)
+	s.Tokens = l.snapshotTokensLocked(cfg, now)
+	s.Tenants = topTenants(s.AllTenants)
+	if l.q.oldest != nil {
+		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())
+		s.Saturated = now.Sub(l.since) >= saturationAfter
+	}
+	v := l.stats.At(now)
+	if p50, p90, ok := v.Percentiles(); ok {
+		a, b := seconds(p50), seconds(p90)
+		s.WaitP50, s.WaitP90 = &a, &b
+	}
+	s.QueueTimeouts5m = v.Timeouts()
+	s.Upstream = upstreamCounts(&v)
+	s.ETA = l.etaLocked(cfg, now, &v)
+	if l.adapt != nil && cfg.Adaptive != nil && l.adapt.Settings() == *cfg.Adaptive {
+		s.Adaptive = adaptiveState(l.adapt.State(now))
+	}
+	if l.lim.backend != nil {
+		s.ETA = nil // the local history says nothing of the other processes' calls
+		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: QueuedByPriority{
+			Interactive: l.waiting[Interactive.Index()], Default: l.waiting[Default.Index()], Bulk: l.waiting[Bulk.Index()]}}
+	}
+	return s
+}
+
+// Snapshot reports every lane, sorted by key; with the limiter off it is
+// Snapshot{Enabled: false}. It reads memory only, except with a Backend:
+// then it asks the backend for the lanes' global figures, waiting at most
+// SharedStateTimeout.
+func (l *Limiter) Snapshot() Snapshot {
+	cfg := l.cfg.Load()
+	if cfg.MaxInflight == 0 {
+		return Snapshot{}
+	}
+	now := l.clock.Now()
+	s := Snapshot{Enabled: true, GeneratedAt: now.UTC().Truncate(time.Second), Lanes: []LaneSnapshot{}}
+	l.lanes.Range(func(_, v any) bool {
+		ln := v.(*lane)
+		ln.mu.Lock()
+		s.Lanes = append(s.Lanes, ln.snapshotLocked(cfg, now))
+		ln.mu.Unlock()
+		return true
+	})
+	sort.Slice(s.Lanes, func(i, j int) bool { return s.Lanes[i].Lane < s.Lanes[j].Lane })
+	if l.backend != nil {
+		l.mergeShared(s.Lanes, now)
+	}
+	return s
+}
+
+// snapshotTenants returns every tenant of the lane, the busiest first (by
+// queued, then in flight, then name), or nil while it has seen no named
+// tenant.
+func (l *lane) snapshotTenants(cfg *Config) []TenantSnapshot {
+	if !l.tenants.measured {
+		return nil
+	}
+	var out []TenantSnapshot
+	l.eachTenant(func(t *tenant) {
+		out = append(out, TenantSnapshot{Tenant: t.name, Inflight: t.inflight, Queued: t.queued,
+			Service: Seconds(t.served), Weight: cfg.weight(t)})
+	})
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Queued != b.Queued {
+			return a.Queued > b.Queued
+		}
+		if a.Inflight != b.Inflight {
+			return a.Inflight > b.Inflight
+		}
+		return a.Tenant < b.Tenant
+	})
+	return out
+}
+
+// topTenants returns the first SnapshotTenantsShown of all (sorted as
+// snapshotTenants sorts), then the rest summed as OtherTenant.
+func topTenants(all []TenantSnapshot) []TenantSnapshot {
+	if all == nil {
+		return nil
+	}
+	var top []TenantSnapshot
+	other := TenantSnapshot{Tenant: OtherTenant, Weight: 1}
+	seen := false
+	for _, t := range all {
+		if t.Tenant != OtherTenant && len(top) < SnapshotTenantsShown {
+			top = append(top, t)
+			continue
+		}
+		other.Inflight += t.Inflight
+		other.Queued += t.Queued
+		other.Service += t.Service
+		seen = true
+	}
+	if seen {
+		top = append(top, other)
+	}
+	for i := range top {
+		top[i].Service = seconds(float64(top[i].Service))
+	}
+	return top
+}
+
+func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
+	tk := l.tok
+	if tk == nil {
+		return nil
+	}
+	ns := l.ns(now)
+	s := &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens, Inflight: tk.inflight}
+	u1, _ := tk.win.sum(l.lim.origin, now, 6)
+	u5, est := tk.win.sum(l.lim.origin, now, tokenSteps-1)
+	s.Used1m = TokenCounts{Prompt: u1.Prompt, Completion: u1.Completion}
+	s.Used5m = TokenCounts{Prompt: u5.Prompt, Completion: u5.Completion}
+	if est > 0 {
+		e := float64(u5.Total()-est) / float64(est)
+		e = math.Round(e*1000) / 1000
+		s.EstimateError5m = &e
+	}
+	if b := tk.bucket; b.on {
+		b.refill(ns) // a copy: reading changes nothing
+		r := int64(b.level)
+		s.Remaining = &r
+	} else if tk.provTokens.active(ns) {
+		r := int64(tk.provTokens.levelAt(ns))
+		s.Remaining = &r
+	}
+	if tk.said > 0 {
+		p := &ProviderSnapshot{Age: seconds(float64(ns-tk.said) / 1e9)}
+		p.Tokens, p.Requests = providerBudget(&tk.provTokens, ns), providerBudget(&tk.provRequests, ns)
+		if ns < tk.hold {
+			p.RetryAfter = seconds(float64(tk.hold-ns) / 1e9)
+		}
+		s.Provider = p
+	}
+	if l.q.n > 0 {
+		s.WaitingFor = map[string]string{}
+		why := WaitSlot
+		if w := l.q.best(ns); w != nil {
+			if ok, r, _ := l.tokensFitPeekLocked(cfg, w.cost, ns); !ok {
+				why = r
+			}
+		}
+		for _, p := range []Priority{Interactive, Default, Bulk} {
+			if l.q.byClass[p.Index()] == 0 {
+				continue
+			}
+			if l.fitsLocked(cfg, p) {
+				s.WaitingFor[p.String()] = why
+			} else {
+				s.WaitingFor[p.String()] = WaitSlot
+			}
+		}
+	}
+	return s
+}
+
+func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
+	if !m.active(ns) {
+		return nil
+	}
+	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(max(0, m.until-ns)) / 1e9)}
+}
+
+// sharedCache is the last global figures read from the Backend, by lane,
+// with when each was read (on the system clock: it bounds waits for the
+// store, not lane time). reading is set while one snapshot reads the
+// store: a snapshot taken meanwhile shows the figures as they are, with
+// their age, rather than wait too.
+type sharedCache struct {
+	mu      sync.Mutex
+	lanes   map[string]sharedRead
+	reading bool
+}
+
+type sharedRead struct {
+	SharedLane
+	at time.Time
+}
+
+// mergeShared puts the backend's global figures into the snapshot's lanes.
+// It waits for the store at most SharedStateTimeout, and not at all while
+// another snapshot does; a lane the store does not report in time shows
+// its last figures, and how old they are. A lane the store has never
+// reported keeps this process's own figures, and says so in Shared.State.
+func (l *Limiter) mergeShared(lanes []LaneSnapshot, now time.Time) {
+	c := &l.shared
+	c.mu.Lock()
+	ask := !c.reading
+	c.reading = true
+	c.mu.Unlock()
+	if ask {
+		keys := make([]string, len(lanes))
+		for i, s := range lanes {
+			keys[i] = s.Lane
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), SharedStateTimeout)
+		global := l.backend.Lanes(ctx, keys)
+		cancel()
+		at := time.Now()
+		c.mu.Lock()
+		if c.lanes == nil {
+			c.lanes = map[string]sharedRead{}
+		}
+		for k, g := range global {
+			c.lanes[k] = sharedRead{g, at}
+		}
+		for k := range c.lanes { // forget lanes gone from the limiter
+			if !slices.ContainsFunc(lanes, func(s LaneSnapshot) bool { return s.Lane == k }) {
+				delete(c.lanes, k)
+			}
+		}
+		c.reading = false
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wall := time.Now()
+	for i := range lanes {
+		s := &lanes[i]
+		g, ok := c.lanes[s.Lane]
+		if !ok {
+			s.Shared.State = BackendUnavailable
+			continue
+		}
+		if age := wall.Sub(g.at); age >= 50*time.Millisecond { // read for another snapshot, or long ago
+			s.Shared.FiguresAge = seconds(age.Seconds())
+		}
+		s.Shared.State, s.Shared.Holders = g.State, g.Holders
+		if g.State != BackendOK {
+			continue
+		}
+		s.Inflight, s.QueuedByPriority = g.Inflight, g.QueuedByPriority
+		if g.TokensRemaining != nil || g.TokensInflight != 0 || g.Provider != nil {
+			cfg := l.cfg.Load()
+			s.Tokens = &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens,
+				Inflight: g.TokensInflight, Remaining: g.TokensRemaining, Provider: g.Provider}
+			if s.Tokens.Remaining == nil && g.Provider != nil && g.Provider.Tokens != nil {
+				r := g.Provider.Tokens.Remaining
+				s.Tokens.Remaining = &r
+			}
+		}
+		s.Queued = g.QueuedByPriority.Interactive + g.QueuedByPriority.Default + g.QueuedByPriority.Bulk
+		s.OldestWait = seconds((g.OldestWait + wall.Sub(g.at)*time.Duration(boolInt(s.Queued > 0))).Seconds())
+		s.Saturated = s.Queued > 0 && g.QueuedFor+wall.Sub(g.at) >= saturationAfter
+	}
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,10 +1,8 @@
 package limiter
 
 import (
-	"context"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 )
 
@@ -44,22 +42,6 @@ func truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "..."
 	}
-	return s
-}
-
-type tenantKey struct{}
-
-// WithTenant returns a context whose model calls are tenant name's: within
-// a class, a lane shares its slots fairly between tenants (see Fairness).
-// Goroutines started with the returned context inherit the tenant. The
-// empty name is DefaultTenant.
-func WithTenant(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, name)
-}
-
-// TenantFrom returns the tenant carried by ctx, or "" when it carries none.
-func TenantFrom(ctx context.Context) string {
-	s, _ := ctx.Value(tenantKey{}).(string)
 	return s
 }
 
@@ -420,61 +402,8 @@ type TenantSnapshot struct {
 	Weight  float64 `json:"weight"`
 }
 
-// snapshotTenants returns every tenant of the lane, the busiest first (by
-// queued, then in flight, then name), or nil while it has seen no named
-// tenant.
-func (l *lane) snapshotTenants(cfg *Config) []TenantSnapshot {
-	if !l.tenants.measured {
-		return nil
-	}
-	var out []TenantSnapshot
-	l.eachTenant(func(t *tenant) {
-		out = append(out, TenantSnapshot{Tenant: t.name, Inflight: t.inflight, Queued: t.queued,
-			Service: Seconds(t.served), Weight: cfg.weight(t)})
-	})
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Queued != b.Queued {
-			return a.Queued > b.Queued
-		}
-		if a.Inflight != b.Inflight {
-			return a.Inflight > b.Inflight
-		}
-		return a.Tenant < b.Tenant
-	})
-	return out
-}
-
 // SnapshotTenantsShown is how many tenants a lane's snapshot names; the
 // rest are summed as OtherTenant.
 const SnapshotTenantsShown = 10
-
-// topTenants returns the first SnapshotTenantsShown of all (sorted as
-// snapshotTenants sorts), then the rest summed as OtherTenant.
-func topTenants(all []TenantSnapshot) []TenantSnapshot {
-	if all == nil {
-		return nil
-	}
-	var top []TenantSnapshot
-	other := TenantSnapshot{Tenant: OtherTenant, Weight: 1}
-	seen := false
-	for _, t := range all {
-		if t.Tenant != OtherTenant && len(top) < SnapshotTenantsShown {
-			top = append(top, t)
-			continue
-		}
-		other.Inflight += t.Inflight
-		other.Queued += t.Queued
-		other.Service += t.Service
-		seen = true
-	}
-	if seen {
-		top = append(top, other)
-	}
-	for i := range top {
-		top[i].Service = seconds(float64(top[i].Service))
-	}
-	return top
-}
 
 func validWeight(w float64) bool { return w > 0 && !math.IsInf(w, 0) && !math.IsNaN(w) }

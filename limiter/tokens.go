@@ -2,44 +2,9 @@ package limiter
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math"
 	"time"
 )
-
-type tokensKey struct{}
-
-// WithTokens returns a context whose model call is estimated to cost n
-// tokens: its prompt plus the most it may write (package lanehttp
-// estimates it from the request's body). A lane with a token budget grants
-// the call only when the budget has room for n (see Config.TokensPerMinute);
-// Slot.Settle later replaces the estimate with what the call used. n of 0
-// or less carries no estimate.
-func WithTokens(ctx context.Context, n int64) context.Context {
-	return context.WithValue(ctx, tokensKey{}, n)
-}
-
-// TokensFrom returns the estimate carried by ctx (see WithTokens,
-// WithOpenOutput), or 0.
-func TokensFrom(ctx context.Context) int64 {
-	n, _ := estimateOf(ctx.Value(tokensKey{}))
-	return n
-}
-
-// estimateOf reads a value of tokensKey: an estimate (WithTokens), or an
-// open output (WithOpenOutput), whose estimate before learning is its
-// prompt plus its fallback. One key for both, so that an acquisition
-// looks up one context value for its estimate, as before there were two.
-func estimateOf(v any) (int64, *openOutput) {
-	switch v := v.(type) {
-	case int64:
-		return max(v, 0), nil
-	case *openOutput:
-		return addSat(v.prompt, v.fallback), v
-	}
-	return 0, nil
-}
 
 // Usage is what a call cost, in tokens, as its response's usage said (or,
 // without one, as estimated from what was streamed).
@@ -50,33 +15,6 @@ type Usage struct {
 
 // Total returns Prompt plus Completion.
 func (u Usage) Total() int64 { return u.Prompt + u.Completion }
-
-// ErrTokenBudget is matched (errors.Is) by every *TokenBudgetError.
-var ErrTokenBudget = errors.New("limiter: call larger than the lane's token budget")
-
-// TokenBudgetError is returned by Acquire, at once, for a call whose
-// estimate exceeds a whole budget of its lane: it could never be granted.
-// It is not worth retrying unchanged; a smaller call (a shorter prompt, a
-// lower max_tokens) or a larger budget is.
-type TokenBudgetError struct {
-	Lane string
-	// Tokens is the call's estimate.
-	Tokens int64
-	// Budget names the budget, as configuration files do
-	// ("tokens_per_minute", "max_inflight_tokens"), or "provider" for the
-	// limit the gateway's rate-limit headers announced; Limit is its size.
-	Budget string
-	Limit  int64
-}
-
-func (e *TokenBudgetError) Error() string {
-	return fmt.Sprintf("limiter: lane %q: the call is estimated at %d tokens, more than the whole %s (%d): "+
-		"it could never be granted; send a shorter prompt or a lower max_tokens, or raise the budget",
-		e.Lane, e.Tokens, e.Budget, e.Limit)
-}
-
-// Is reports whether target is ErrTokenBudget.
-func (e *TokenBudgetError) Is(target error) bool { return target == ErrTokenBudget }
 
 // ProviderLimits is what a gateway's rate-limit headers said of a lane's
 // budget at the provider, for RecordLimits.

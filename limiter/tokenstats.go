@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"math"
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
@@ -100,67 +99,6 @@ type ProviderBudgetSnapshot struct {
 	Limit     int64   `json:"limit"`
 	Remaining int64   `json:"remaining"`
 	Reset     Seconds `json:"reset_s"`
-}
-
-func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
-	tk := l.tok
-	if tk == nil {
-		return nil
-	}
-	ns := l.ns(now)
-	s := &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens, Inflight: tk.inflight}
-	u1, _ := tk.win.sum(l.lim.origin, now, 6)
-	u5, est := tk.win.sum(l.lim.origin, now, tokenSteps-1)
-	s.Used1m = TokenCounts{Prompt: u1.Prompt, Completion: u1.Completion}
-	s.Used5m = TokenCounts{Prompt: u5.Prompt, Completion: u5.Completion}
-	if est > 0 {
-		e := float64(u5.Total()-est) / float64(est)
-		e = math.Round(e*1000) / 1000
-		s.EstimateError5m = &e
-	}
-	if b := tk.bucket; b.on {
-		b.refill(ns) // a copy: reading changes nothing
-		r := int64(b.level)
-		s.Remaining = &r
-	} else if tk.provTokens.active(ns) {
-		r := int64(tk.provTokens.levelAt(ns))
-		s.Remaining = &r
-	}
-	if tk.said > 0 {
-		p := &ProviderSnapshot{Age: seconds(float64(ns-tk.said) / 1e9)}
-		p.Tokens, p.Requests = providerBudget(&tk.provTokens, ns), providerBudget(&tk.provRequests, ns)
-		if ns < tk.hold {
-			p.RetryAfter = seconds(float64(tk.hold-ns) / 1e9)
-		}
-		s.Provider = p
-	}
-	if l.q.n > 0 {
-		s.WaitingFor = map[string]string{}
-		why := WaitSlot
-		if w := l.q.best(ns); w != nil {
-			if ok, r, _ := l.tokensFitPeekLocked(cfg, w.cost, ns); !ok {
-				why = r
-			}
-		}
-		for _, p := range []Priority{Interactive, Default, Bulk} {
-			if l.q.byClass[p.Index()] == 0 {
-				continue
-			}
-			if l.fitsLocked(cfg, p) {
-				s.WaitingFor[p.String()] = why
-			} else {
-				s.WaitingFor[p.String()] = WaitSlot
-			}
-		}
-	}
-	return s
-}
-
-func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
-	if !m.active(ns) {
-		return nil
-	}
-	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(max(0, m.until-ns)) / 1e9)}
 }
 
 // tokensFitPeekLocked is tokensFitLocked for readings: it puts back

@@ -1,0 +1,97 @@
+package limiter
+
+// The shared path: an acquisition with a Backend (backend.go is the
+// contract), which decides in its store while the lane here counts this
+// process's share and keeps the statistics.
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// acquireShared is Acquire with a backend: the backend decides; the lane
+// here counts this process's share and keeps the statistics.
+func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c *call) (Slot, error) {
+	p := c.prio
+	ln, err := l.openLane(ctx, key, cfg, p)
+	if err != nil {
+		return Slot{}, err
+	}
+	start := l.clock.Now()
+	arrival := c.arrivedBy(start)
+	t := ln.tenantLocked(cfg, c.tenant)
+	cost, open := ln.estimateLocked(cfg, c.tokens)
+	if err := tooLarge(cfg, key, cost); err != nil {
+		ln.mu.Unlock()
+		return Slot{}, err
+	}
+	ln.waiting[p.Index()]++
+	t.queued++
+	ln.touchLocked(start)
+	ln.adaptLocked(l.cfg.Load())
+	// An adaptive limit is this process's (see Adaptive). A copy: the
+	// call goes on with it once the lane's lock is let go.
+	eff := *ln.effLocked(l.cfg.Load())
+	cfg = &eff
+	ln.mu.Unlock()
+	place := 0
+	// Shutdown ends the backend's wait too.
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.down, cancel)()
+	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Tokens: cost, Queued: func(pos int) {
+		place = pos
+		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.label, Position: pos})
+	}})
+	if err != nil && ctx.Err() == nil && l.closed.Load() {
+		err = ErrShuttingDown
+	}
+	now := l.clock.Now()
+	waited := now.Sub(start)
+	if place == 0 {
+		waited = 0 // granted without queueing: the round trip is not a wait
+	}
+	e := Event{Lane: key, Priority: p, Tenant: t.label, Wait: waited, Position: place}
+	ln.mu.Lock()
+	ln.waiting[p.Index()]--
+	t.queued--
+	ln.touchLocked(now)
+	var s Slot
+	switch {
+	case err == nil:
+		h := ln.takeLocked(cfg, p, t, 0)
+		h.lease, h.open = lease, open
+		s = Slot{h: h, gen: h.gen, lost: lease.Lost()}
+		if place == 0 {
+			ln.stats.Advance(now)
+			ln.stats.Zero()
+		} else {
+			ln.stats.Wait(now, waited)
+			ln.stats.QueuedGrant()
+		}
+		e.Kind = Acquired
+	case errors.Is(err, ErrQueueTimeout):
+		ln.stats.Timeout(now, waited)
+		qe := &QueueTimeoutError{Lane: key, Priority: p, Waited: waited, Position: place, Queued: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
+		ahead := 0
+		var st *BackendQueueTimeout
+		if errors.As(err, &st) {
+			qe.Position, qe.Queued, ahead = st.Position, st.Queued, st.Ahead[p.Index()]
+		}
+		qe.RetryAfter = ln.retryAfterLocked(cfg, p, now, ahead)
+		err, e.Position = qe, qe.Position
+		e.Kind = TimedOut
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrLaneUnavailable):
+		e.Kind = Refused
+	default:
+		e.Kind = Canceled
+	}
+	ln.mu.Unlock()
+	l.emit(ctx, e)
+	return s, err
+}
+
+// forgetTimeout bounds how long a reload waits for a Backend to forget the
+// provider's word.
+const forgetTimeout = 2 * time.Second
