@@ -42,7 +42,7 @@ func SameLaneState(a, b *Limiter, key string) error {
 		{"holders", [2]int{la.inflight, la.others}, [2]int{lb.inflight, lb.others}},
 		{"queue", queue(la), queue(lb)},
 		{"waiting", la.waiting, lb.waiting},
-		{"timer", [4]any{la.timer != nil, la.timerAt, la.timeout, la.mixed}, [4]any{lb.timer != nil, lb.timerAt, lb.timeout, lb.mixed}},
+		{"timer", [4]any{la.timer.t != nil, la.timer.at, la.timeout, la.mixed}, [4]any{lb.timer.t != nil, lb.timer.at, lb.timeout, lb.mixed}},
 		{"clocks", [4]any{la.since, la.busyAt, la.touched, la.fresh}, [4]any{lb.since, lb.busyAt, lb.touched, lb.fresh}},
 		{"statistics", la.stats, lb.stats},
 		{"drain", la.drainFrom, lb.drainFrom},

@@ -43,15 +43,12 @@ type lane struct {
 	waiting [3]int
 	// timer ends the waits that reach their deadline: one per lane, at the
 	// earliest deadline, rather than one per waiter (a runtime timer per
-	// waiter cost more than the rest of a contended hand-over). timerGen
-	// tells a timer that fired after it was replaced to do nothing. While
+	// waiter cost more than the rest of a contended hand-over). While
 	// every waiter was queued under the same timeout (uniform), deadlines
 	// are in enqueue order and the oldest waiter's is the earliest; after
 	// a reload changed the timeout, the queue is scanned until it empties.
-	timer    Timer
-	timerAt  time.Time
-	timerGen uint64
-	timeout  time.Duration // the queue timeout of the waiters, while uniform
+	timer   laneTimer
+	timeout time.Duration // the queue timeout of the waiters, while uniform
 	mixed    bool          // waiters queued under different timeouts
 	// adapt is the adaptive limit, with Config.Adaptive; nil otherwise.
 	// drainFrom is the limit before it last dropped, while the calls that
@@ -218,7 +215,7 @@ func (l *lane) dispatchLocked(now time.Time) {
 			l.q.unpark(t)
 		}
 	}()
-	if l.timer != nil && !l.timerAt.After(now) {
+	if at, ok := l.timer.pendingLocked(); ok && !at.After(now) {
 		l.expireDueLocked(now) // due, and not fired yet: see expireDueLocked
 	}
 	for l.q.n > 0 && !l.lim.closed.Load() {
@@ -319,7 +316,7 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 	if l.cold && l.coldUntil.Before(at) {
 		at = l.coldUntil // a cold lane's waiters are granted on when it warms
 	}
-	if l.timer == nil || at.Before(l.timerAt) {
+	if pending, ok := l.timer.pendingLocked(); !ok || at.Before(pending) {
 		l.armLocked(at)
 	}
 }
@@ -329,40 +326,21 @@ func (l *lane) dequeueLocked(w *waiter, now time.Time) {
 	if l.q.n == 0 {
 		l.stats.Busy(now, now.Sub(l.busyAt))
 		l.since, l.busyAt = time.Time{}, time.Time{}
-		l.stopTimerLocked()
+		l.timer.stopLocked()
 	}
 	// A waiter that leaves before its deadline leaves the timer as it is:
 	// when it fires, it ends what is due and waits for the next deadline.
 	// Re-arming at every grant would cost what the lane timer saves.
 }
 
-// armLocked sets the lane's timer to fire at at.
-func (l *lane) armLocked(at time.Time) {
-	l.stopTimerLocked()
-	l.timerGen++
-	gen := l.timerGen
-	l.timerAt = at
-	l.timer = l.lim.clock.AfterFunc(max(0, at.Sub(l.lim.clock.Now())), func() { l.expireDue(gen) })
-}
+// armLocked sets the lane's timer to end the waits due at at.
+func (l *lane) armLocked(at time.Time) { l.timer.armLocked(l, at, l.expireDueTimedLocked) }
 
-func (l *lane) stopTimerLocked() {
-	if l.timer != nil {
-		l.timer.Stop()
-		l.timer = nil
-	}
-}
-
-// expireDue is the lane timer's function: it ends the waits that are due
-// (expireDueLocked). A waiter that leaves frees no slot, but the one first
-// in line may have held the line for tokens: with budgets binding, the
-// queue is looked at again.
-func (l *lane) expireDue(gen uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if gen != l.timerGen {
-		return // replaced or stopped since it was armed
-	}
-	now := l.lim.clock.Now()
+// expireDueTimedLocked is the lane timer's function: it ends the waits
+// that are due (expireDueLocked). A waiter that leaves frees no slot, but
+// the one first in line may have held the line for tokens: with budgets
+// binding, the queue is looked at again.
+func (l *lane) expireDueTimedLocked(now time.Time) {
 	l.expireDueLocked(now)
 	l.leftLocked(now)
 }
@@ -374,7 +352,7 @@ func (l *lane) expireDue(gen uint64) {
 // that have reached their deadline end before anyone is granted, whichever
 // of the lane's timers fires first at that instant.
 func (l *lane) expireDueLocked(now time.Time) {
-	l.stopTimerLocked()
+	l.timer.stopLocked()
 	var next time.Time
 	for w := l.q.oldest; w != nil; {
 		after := w.next

@@ -179,12 +179,9 @@ type laneTokens struct {
 	// at is when the budgets were last looked at (ns): a grant follows
 	// that look at once, under the same lock, and is charged then.
 	at int64
-	// timer wakes the queue when a budget will have room for the call
-	// first in line; timerAt is when (ns), timerGen tells a replaced timer
-	// to do nothing.
-	timer    Timer
-	timerAt  int64
-	timerGen uint64
+	// wake looks at the queue again when a budget will have room for the
+	// call first in line.
+	wake laneTimer
 	win      tokenWindow
 	// recent are the last grants (when, estimate), a ring, so that a
 	// provider's count made at some moment can be brought up to now.
@@ -466,25 +463,13 @@ func (l *lane) forgetProviderLocked() {
 // wakeTokensLocked makes sure the queue is looked at again at at (ns),
 // when a budget will have room for the call first in line.
 func (l *lane) wakeTokensLocked(at int64) {
-	tk := l.tok
-	if tk.timer != nil {
-		if tk.timerAt <= at {
-			return // an earlier look is due anyway
-		}
-		tk.timer.Stop()
+	when := l.lim.origin.Add(time.Duration(at))
+	if pending, ok := l.tok.wake.pendingLocked(); ok && !pending.After(when) {
+		return // an earlier look is due anyway
 	}
-	tk.timerGen++
-	gen := tk.timerGen
-	tk.timerAt = at
-	tk.timer = l.lim.clock.AfterFunc(max(0, time.Duration(at-l.nowNS())), func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if gen != tk.timerGen {
-			return
-		}
-		tk.timer = nil
+	l.tok.wake.armLocked(l, when, func(now time.Time) {
 		if l.q.n > 0 {
-			l.dispatchLocked(l.lim.clock.Now())
+			l.dispatchLocked(now)
 		}
 	})
 }
