@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
 // Snapshot is the state of every lane of a limiter, in the D8 shape of
@@ -246,12 +248,11 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 	}
 	ns := l.ns(now)
 	s := &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens, Inflight: tk.inflight}
-	u1, _ := tk.win.sum(l.lim.origin, now, 6)
-	u5, est := tk.win.sum(l.lim.origin, now, tokenSteps-1)
+	u1, u5 := l.stats.TokensOf(now, 6), l.stats.TokensOf(now, stats.Steps-1)
 	s.Used1m = TokenCounts{Prompt: u1.Prompt, Completion: u1.Completion}
 	s.Used5m = TokenCounts{Prompt: u5.Prompt, Completion: u5.Completion}
-	if est > 0 {
-		e := float64(u5.Total()-est) / float64(est)
+	if est := u5.Estimate; est > 0 {
+		e := float64(u5.Prompt+u5.Completion-est) / float64(est)
 		e = math.Round(e*1000) / 1000
 		s.EstimateError5m = &e
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
 // Usage is what a call cost, in tokens, as its response's usage said (or,
@@ -182,7 +184,6 @@ type laneTokens struct {
 	// wake looks at the queue again when a budget will have room for the
 	// call first in line.
 	wake laneTimer
-	win      tokenWindow
 	// recent are the last grants (when, estimate), a ring, so that a
 	// provider's count made at some moment can be brought up to now.
 	recent [recentGrants]struct{ at, est int64 }
@@ -377,7 +378,7 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 	}
 	if !h.settled {
 		l.freshenLocked() // the statistics' step, without reading the clock every time
-		tk.win.add(l.stats.Current(), u, h.est)
+		l.stats.Settled(stats.Tokens{Prompt: u.Prompt, Completion: u.Completion, Estimate: h.est})
 		l.learnLocked(h, used)
 		if h.open {
 			if l.outputs == nil {

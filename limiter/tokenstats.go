@@ -1,52 +1,5 @@
 package limiter
 
-import (
-	"time"
-
-	"github.com/llmlanes/llmlanes/limiter/internal/stats"
-)
-
-// tokenWindow counts the tokens a lane's calls used in the last 5 minutes,
-// in the steps of the lane's statistics (stats.Step): a ring of the
-// current step and 30 full ones, as the other figures of the snapshot.
-type tokenWindow struct {
-	ring [tokenSteps]tokenStep
-}
-
-const tokenSteps = int(stats.Span/stats.Step) + 1
-
-type tokenStep struct {
-	k                  int64 // the step's number since the limiter's origin
-	prompt, completion int64
-	est                int64 // what the settled calls were estimated at
-}
-
-// add counts u, estimated at est, in step k (the statistics' step).
-func (w *tokenWindow) add(k int64, u Usage, est int64) {
-	s := &w.ring[k%int64(tokenSteps)]
-	if s.k != k {
-		*s = tokenStep{k: k}
-	}
-	s.prompt += max(0, u.Prompt)
-	s.completion += max(0, u.Completion)
-	s.est += est
-}
-
-// sum returns the tokens of the current step and the n full steps before
-// it, and their estimates.
-func (w *tokenWindow) sum(origin, now time.Time, n int) (u Usage, est int64) {
-	k := int64(now.Sub(origin) / stats.Step)
-	for i := range w.ring {
-		s := &w.ring[i]
-		if (s.prompt != 0 || s.completion != 0 || s.est != 0) && s.k <= k && s.k >= k-int64(n) {
-			u.Prompt += s.prompt
-			u.Completion += s.completion
-			est += s.est
-		}
-	}
-	return u, est
-}
-
 // TokenSnapshot is a lane's token accounting, in the snapshot's "tokens":
 // set once a call of the lane carried an estimate, a budget was set, or
 // the provider's headers said something.

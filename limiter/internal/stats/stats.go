@@ -149,6 +149,16 @@ type Window struct {
 	// error, stall) was recorded, so that a reader can tell a gateway
 	// that is failing now from one that failed minutes ago.
 	lastError time.Time
+	// tokens are the tokens of each slot's step (by the same index); nil
+	// until a call's tokens are counted, so that a lane whose calls carry
+	// none pays nothing for them.
+	tokens *[steps]Tokens
+}
+
+// Tokens are what settled calls used, by kind, and what they were
+// estimated at.
+type Tokens struct {
+	Prompt, Completion, Estimate int64
 }
 
 // New returns a window whose steps count from origin.
@@ -204,6 +214,9 @@ func (w *Window) moveTo(k int64) {
 			}
 		}
 		sl.step, sl.zeros, sl.timeouts, sl.granted, sl.busy = s, 0, 0, 0, 0
+		if w.tokens != nil {
+			w.tokens[s%steps] = Tokens{}
+		}
 	}
 	w.cur = k
 }
@@ -241,6 +254,42 @@ func (w *Window) Wait(now time.Time, d time.Duration) {
 		w.waits.off[i-histExact] += o
 	}
 }
+
+// Settled counts the tokens of a settled call in the current step. The
+// caller makes sure the current step is still current (see Advance).
+func (w *Window) Settled(t Tokens) {
+	if w.tokens == nil {
+		w.tokens = new([steps]Tokens)
+	}
+	c := &w.tokens[w.cur%steps]
+	c.Prompt += max(0, t.Prompt)
+	c.Completion += max(0, t.Completion)
+	c.Estimate += t.Estimate
+}
+
+// TokensOf returns the tokens counted in the step of now and the n full
+// steps before it (n+1 steps: 6 for the last minute, Steps-1 for the
+// window), read without changing the window.
+func (w *Window) TokensOf(now time.Time, n int) Tokens {
+	var out Tokens
+	if w.tokens == nil {
+		return out
+	}
+	k := w.StepOf(now)
+	for i := range w.slots {
+		if s := w.slots[i].step; s <= k && s >= k-int64(n) {
+			t := &w.tokens[i]
+			out.Prompt += t.Prompt
+			out.Completion += t.Completion
+			out.Estimate += t.Estimate
+		}
+	}
+	return out
+}
+
+// Steps is how many steps the window holds: the current one and the full
+// ones of the last Span.
+const Steps = int(steps)
 
 // QueuedGrant counts a grant out of the queue, for the service rate. The
 // caller has recorded its wait at the same time.

@@ -212,3 +212,37 @@ func equalWindows(a, b *Window) bool {
 	x.waits, y.waits = nil, nil
 	return *x == *y
 }
+
+// Tokens are counted in the window's steps like its other figures: the
+// last minute is the step of now and the 6 before it, the window its 31
+// steps, and a step that falls out of the window takes its tokens with it,
+// whether or not the window was advanced in between.
+func TestWindowTokens(t *testing.T) {
+	origin := time.Unix(1000, 0)
+	w := New(origin)
+	if got := w.TokensOf(origin, Steps-1); got != (Tokens{}) {
+		t.Fatalf("no tokens yet: %+v", got)
+	}
+	at := func(d time.Duration) time.Time { return origin.Add(d) }
+	w.Advance(at(0))
+	w.Settled(Tokens{Prompt: 10, Completion: 5, Estimate: 20})
+	w.Advance(at(65 * time.Second)) // step 6
+	w.Settled(Tokens{Prompt: 1, Completion: 1, Estimate: 1})
+	w.Settled(Tokens{Prompt: -3, Completion: 1}) // a negative use counts as none
+	if got, want := w.TokensOf(at(65*time.Second), 6), (Tokens{11, 7, 21}); got != want {
+		t.Fatalf("last minute at 65 s: %+v, want %+v", got, want)
+	}
+	if got, want := w.TokensOf(at(75*time.Second), 6), (Tokens{1, 2, 1}); got != want {
+		t.Fatalf("last minute at 75 s (step 0 out of it): %+v, want %+v", got, want)
+	}
+	if got, want := w.TokensOf(at(5*time.Minute+5*time.Second), Steps-1), (Tokens{11, 7, 21}); got != want {
+		t.Fatalf("window at 305 s: %+v, want %+v", got, want)
+	}
+	if got, want := w.TokensOf(at(5*time.Minute+15*time.Second), Steps-1), (Tokens{1, 2, 1}); got != want {
+		t.Fatalf("window at 315 s, read without advancing: %+v, want %+v", got, want)
+	}
+	w.Advance(at(6*time.Minute + 15*time.Second))
+	if got := w.TokensOf(at(6*time.Minute+15*time.Second), Steps-1); got != (Tokens{}) {
+		t.Fatalf("advanced past both steps: %+v, want none", got)
+	}
+}
