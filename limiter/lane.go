@@ -49,7 +49,7 @@ type lane struct {
 	// a reload changed the timeout, the queue is scanned until it empties.
 	timer   laneTimer
 	timeout time.Duration // the queue timeout of the waiters, while uniform
-	mixed    bool          // waiters queued under different timeouts
+	mixed   bool          // waiters queued under different timeouts
 	// adapt is the adaptive limit, with Config.Adaptive; nil otherwise.
 	// drainFrom is the limit before it last dropped, while the calls that
 	// the drop left above it drain (see Adaptive); eff is effLocked's
