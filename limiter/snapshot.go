@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmlanes/llmlanes/limiter/internal/budget"
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
@@ -247,7 +248,7 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 		return nil
 	}
 	ns := l.ns(now)
-	s := &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens, Inflight: tk.inflight}
+	s := &TokenSnapshot{TokensPerMinute: cfg.TokensPerMinute, MaxInflightTokens: cfg.MaxInflightTokens, Inflight: tk.Inflight}
 	u1, u5 := l.stats.TokensOf(now, 6), l.stats.TokensOf(now, stats.Steps-1)
 	s.Used1m = TokenCounts{Prompt: u1.Prompt, Completion: u1.Completion}
 	s.Used5m = TokenCounts{Prompt: u5.Prompt, Completion: u5.Completion}
@@ -256,19 +257,18 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 		e = math.Round(e*1000) / 1000
 		s.EstimateError5m = &e
 	}
-	if b := tk.bucket; b.on {
-		b.refill(ns) // a copy: reading changes nothing
-		r := int64(b.level)
+	if b := tk.Bucket; b.On {
+		r := int64(b.LevelAt(ns))
 		s.Remaining = &r
-	} else if tk.provTokens.active(ns) {
-		r := int64(tk.provTokens.levelAt(ns))
+	} else if tk.Tokens.Active(ns) {
+		r := int64(tk.Tokens.LevelAt(ns))
 		s.Remaining = &r
 	}
 	if tk.said > 0 {
 		p := &ProviderSnapshot{Age: seconds(float64(ns-tk.said) / 1e9)}
-		p.Tokens, p.Requests = providerBudget(&tk.provTokens, ns), providerBudget(&tk.provRequests, ns)
-		if ns < tk.hold {
-			p.RetryAfter = seconds(float64(tk.hold-ns) / 1e9)
+		p.Tokens, p.Requests = providerBudget(&tk.Tokens, ns), providerBudget(&tk.Requests, ns)
+		if ns < tk.Hold {
+			p.RetryAfter = seconds(float64(tk.Hold-ns) / 1e9)
 		}
 		s.Provider = p
 	}
@@ -276,7 +276,7 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 		s.WaitingFor = map[string]string{}
 		why := WaitSlot
 		if w := l.q.best(ns); w != nil {
-			if ok, r, _ := l.tokensFitPeekLocked(cfg, w.cost, ns); !ok {
+			if ok, r, _ := l.tokensFitAtLocked(cfg, w.cost, ns); !ok {
 				why = r
 			}
 		}
@@ -294,11 +294,11 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 	return s
 }
 
-func providerBudget(m *mirror, ns int64) *ProviderBudgetSnapshot {
-	if !m.active(ns) {
+func providerBudget(m *budget.Mirror, ns int64) *ProviderBudgetSnapshot {
+	if !m.Active(ns) {
 		return nil
 	}
-	return &ProviderBudgetSnapshot{Limit: int64(m.limit), Remaining: int64(m.levelAt(ns)), Reset: seconds(float64(max(0, m.until-ns)) / 1e9)}
+	return &ProviderBudgetSnapshot{Limit: int64(m.Limit), Remaining: int64(m.LevelAt(ns)), Reset: seconds(float64(max(0, m.Until-ns)) / 1e9)}
 }
 
 // sharedCache is the last global figures read from the Backend, by lane,

@@ -2,9 +2,9 @@ package limiter
 
 import (
 	"context"
-	"math"
 	"time"
 
+	"github.com/llmlanes/llmlanes/limiter/internal/budget"
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
@@ -54,112 +54,10 @@ type ProviderBudget struct {
 // extends the hold.
 const MaxRetryAfterHold = 60 * time.Second
 
-// tokenEps absorbs float rounding in the budgets' comparisons, so that a
-// timer armed for the moment a budget has room finds it there.
-const tokenEps = 1e-6
-
-// bucket is a lane's tokens_per_minute: a token bucket of capacity
-// TokensPerMinute that refills continuously at TokensPerMinute per minute.
-type bucket struct {
-	on    bool
-	cap   float64
-	level float64 // at ns at
-	at    int64
-}
-
-func (b *bucket) refill(now int64) {
-	if now > b.at {
-		b.level = min(b.cap, b.level+b.cap*float64(now-b.at)/float64(time.Minute))
-		b.at = now
-	}
-}
-
-// mirror is a budget as the provider last announced it: Remaining at at,
-// refilling at rate (per ns) towards limit, so that it is whole at the
-// reset the provider announced, less what the lane granted since. It binds
-// until its reset, and past it until it has refilled to the limit: a lane
-// that forgot the grants it made since the count would send a burst the
-// provider has no room for. A budget with no limit stops binding at its
-// reset.
-//
-// Whatever the headers say, it binds for at most two windows (see
-// Config.ProviderWindow): the reset is at most a window away
-// (BoundProviderLimits), the level never below minus the limit (0 with
-// none), and it refills by at least the whole limit per window.
-type mirror struct {
-	on           bool
-	level, limit float64
-	rate         float64
-	at, until    int64
-}
-
-// set makes b, as counted at at (ns), the budget, less since: what the lane
-// granted after at. window is the provider's (Config.ProviderWindow).
-func (m *mirror) set(b ProviderBudget, at int64, since float64, window time.Duration) {
-	if !b.Known {
-		return
-	}
-	*m = mirror{on: true, limit: float64(b.Limit), at: at, until: at + int64(b.Reset)}
-	m.level = max(-m.limit, float64(b.Remaining)-since)
-	if b.Limit > 0 {
-		m.rate = m.limit / float64(window)
-		if b.Limit > b.Remaining && b.Reset > 0 {
-			m.rate = max(m.rate, float64(b.Limit-b.Remaining)/float64(b.Reset))
-		}
-	}
-}
-
-func (m *mirror) active(now int64) bool {
-	return m.on && (now < m.until || (m.rate > 0 && m.levelAt(now)+tokenEps < m.limit))
-}
-
-// expire forgets the budget once it no longer binds, so that the lane
-// reads no clock for it (see laneTokens.binds).
-func (m *mirror) expire(now int64) {
-	if m.on && !m.active(now) {
-		m.on = false
-	}
-}
-
 // binds reports whether anything may hold a grant back under cfg: a
 // budget, the provider's word or a hold. A lane whose calls only carry
 // estimates reads no clock for them.
-func (tk *laneTokens) binds(cfg *Config) bool {
-	return cfg.budgeted() || tk.provTokens.on || tk.provRequests.on || tk.hold != 0
-}
-
-func (m *mirror) levelAt(now int64) float64 {
-	v := m.level + m.rate*float64(now-m.at)
-	if m.limit > 0 {
-		v = min(v, m.limit)
-	}
-	return v
-}
-
-// fits reports whether cost fits at now; if not, when it may.
-func (m *mirror) fits(cost float64, now int64) (bool, int64) {
-	if !m.active(now) {
-		return true, 0
-	}
-	v := m.levelAt(now)
-	if v+tokenEps >= cost {
-		return true, 0
-	}
-	wake := int64(math.MaxInt64) // active: before the reset, or refilling
-	if now < m.until {
-		wake = m.until
-	}
-	if m.rate > 0 {
-		wake = min(wake, now+int64(math.Ceil((cost-v)/m.rate)))
-	}
-	return false, max(wake, now+1)
-}
-
-func (m *mirror) take(cost float64, now int64) {
-	if m.active(now) {
-		m.level, m.at = max(-m.limit, m.levelAt(now)-cost), now
-	}
-}
+func (tk *laneTokens) binds(cfg *Config) bool { return tk.Binds(cfg.budgeted()) }
 
 // laneTokens is a lane's token accounting: what its calls in flight are
 // estimated at, its budget, the provider's word, and the tokens used in
@@ -167,46 +65,19 @@ func (m *mirror) take(cost float64, now int64) {
 // estimate, its first budget, or its first report from the provider.
 // Guarded by the lane's lock.
 type laneTokens struct {
-	inflight int64 // the estimates of the calls holding slots
-	bucket   bucket
-	// provTokens and provRequests are the provider's budgets; hold is
-	// when a 429's Retry-After ends (ns); said when its headers last
-	// said anything (ns; 0: never).
-	provTokens, provRequests mirror
-	hold, said               int64
+	// Budgets are the estimates in flight, the bucket, the provider's
+	// budgets, a 429's hold and the grants since a provider's count.
+	budget.Budgets
+	// said is when the provider's headers last said anything (ns; 0:
+	// never).
+	said int64
 	// provLimit is the token limit the provider last announced (0: none):
 	// a call estimated above it is refused, whether or not the provider's
 	// budget is whole now. A reload forgets it.
 	provLimit int64
-	// at is when the budgets were last looked at (ns): a grant follows
-	// that look at once, under the same lock, and is charged then.
-	at int64
 	// wake looks at the queue again when a budget will have room for the
 	// call first in line.
 	wake laneTimer
-	// recent are the last grants (when, estimate), a ring, so that a
-	// provider's count made at some moment can be brought up to now.
-	recent [recentGrants]struct{ at, est int64 }
-	next   int
-}
-
-// recentGrants is how many grants a lane remembers for the provider's
-// counts: more than are granted while one answer's headers are on their
-// way, at any rate a provider's budget allows.
-const recentGrants = 64
-
-// grantedSince returns the estimates and the number of the grants at or
-// after at (ns) that the lane remembers. At, not only after: the calls of
-// one dispatch share its time, and the call that carried the count was
-// sent after its own grant.
-func (tk *laneTokens) grantedSince(at int64) (tokens, calls float64) {
-	for _, g := range tk.recent {
-		if g.at >= at {
-			tokens += float64(g.est)
-			calls++
-		}
-	}
-	return tokens, calls
 }
 
 // tokensLocked returns the lane's token accounting, made if need be.
@@ -236,17 +107,17 @@ func (l *lane) rebudgetLocked(cfg *Config) {
 		tk = l.tok
 	}
 	now := l.nowNS()
-	b := &tk.bucket
+	b := &tk.Bucket
 	switch c := float64(cfg.TokensPerMinute); {
 	case c == 0:
-		b.on = false
-	case !b.on:
-		*b = bucket{on: true, cap: c, level: max(0, c-float64(tk.inflight)), at: now}
+		b.On = false
+	case !b.On:
+		*b = budget.Bucket{On: true, Cap: c, Level: max(0, c-float64(tk.Inflight)), At: now}
 	default:
 		// Resized: it keeps its tokens up to the new size, and owes at
 		// most the new size, as a bucket always does (settleTokens).
-		b.refill(now)
-		b.cap, b.level = c, max(-c, min(b.level, c))
+		b.Refill(now)
+		b.Cap, b.Level = c, max(-c, min(b.Level, c))
 	}
 	for w := l.q.oldest; w != nil; {
 		next := w.next
@@ -302,51 +173,27 @@ const (
 // not, it says which holds it back and when it may fit (0: not before a
 // release).
 func (l *lane) tokensFitLocked(cfg *Config, cost int64, now int64) (ok bool, why string, wake int64) {
-	tk := l.tok
-	tk.at = now
-	if now < tk.hold {
-		return false, WaitRetryAfter, tk.hold
-	}
-	tk.hold = 0
-	c := float64(cost)
-	if m := cfg.MaxInflightTokens; m > 0 && tk.inflight > 0 && tk.inflight+cost > m {
-		return false, WaitTokens, 0
-	}
-	if b := &tk.bucket; b.on {
-		b.refill(now)
-		if b.level+tokenEps < c {
-			return false, WaitTokens, max(now+1, now+int64(math.Ceil((c-b.level)*float64(time.Minute)/b.cap)))
-		}
-	}
-	tk.provTokens.expire(now)
-	tk.provRequests.expire(now)
-	if ok, wake := tk.provTokens.fits(c, now); !ok {
-		return false, WaitProvider, wake
-	}
-	if ok, wake := tk.provRequests.fits(1, now); !ok {
-		return false, WaitProvider, wake
-	}
-	return true, "", 0
+	ok, why, wake = l.tokensFitAtLocked(cfg, cost, now)
+	l.tok.Advance(now) // a grant that follows is charged at now
+	return ok, why, wake
 }
+
+// tokensFitAtLocked is tokensFitLocked for a reading (the snapshot's): it
+// changes nothing.
+func (l *lane) tokensFitAtLocked(cfg *Config, cost int64, now int64) (ok bool, why string, wake int64) {
+	r, wake := l.tok.Fits(now, cost, cfg.MaxInflightTokens)
+	return r == budget.Fit, waitReasons[r], wake
+}
+
+// waitReasons are the snapshot's words for the budgets' reasons.
+var waitReasons = [...]string{budget.Fit: "", budget.Tokens: WaitTokens, budget.Provider: WaitProvider, budget.RetryAfter: WaitRetryAfter}
 
 // takeTokensLocked charges a grant estimated at cost, held by h. It
 // follows tokensFitLocked's look at the budgets under the same lock, and
 // is charged at its time, so that a grant reads the clock once.
 func (l *lane) takeTokensLocked(h *hold, cost int64) {
-	tk := l.tok
 	h.est, h.cost = cost, cost
-	tk.inflight += cost
-	if b := &tk.bucket; b.on {
-		b.level = max(-b.cap, b.level-float64(cost))
-	}
-	tk.provTokens.take(float64(cost), tk.at)
-	tk.provRequests.take(1, tk.at)
-	if tk.provTokens.on || tk.provRequests.on {
-		// Remembered only while the provider's word is kept, when at is
-		// this grant's time (tokensFitLocked looked at the budgets).
-		tk.recent[tk.next] = struct{ at, est int64 }{tk.at, cost}
-		tk.next = (tk.next + 1) % recentGrants
-	}
+	l.tok.Take(cost)
 }
 
 // settleTokens replaces what h's grant was charged with u, at once: a call
@@ -364,17 +211,17 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		u = b
 	}
 	used := u.Total()
-	if b := &tk.bucket; b.on {
+	if b := &tk.Bucket; b.On {
 		if used > h.cost {
 			// Taking more must refill first: the bucket may have been
 			// full since it was last looked at, and the refill capped.
-			b.refill(l.nowNS())
+			b.Refill(l.nowNS())
 		}
 		// Giving back needs no clock: the refill is linear, and capping
 		// before or after adding gives the same. A bucket owes at most
 		// one budget: whatever a usage says, it is whole again within
 		// two minutes.
-		b.level = max(-b.cap, min(b.cap, b.level-float64(used-h.cost)))
+		b.Level = max(-b.Cap, min(b.Cap, b.Level-float64(used-h.cost)))
 	}
 	if !h.settled {
 		l.freshenLocked() // the statistics' step, without reading the clock every time
@@ -395,7 +242,7 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 
 // releaseTokensLocked counts the end of h's call.
 func (l *lane) releaseTokensLocked(h *hold) {
-	l.tok.inflight -= h.est
+	l.tok.Inflight -= h.est
 	h.est, h.cost, h.settled = 0, 0, false
 }
 
@@ -434,14 +281,18 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	if !pl.At.IsZero() && pl.At.Before(now) {
 		at = ln.ns(pl.At)
 	}
-	tokens, calls := tk.grantedSince(at)
-	tk.provTokens.set(pl.Tokens, at, tokens, cfg.providerWindow())
-	tk.provRequests.set(pl.Requests, at, calls, cfg.providerWindow())
+	tokens, calls := tk.GrantedSince(at)
+	if b := pl.Tokens; b.Known {
+		tk.Tokens = budget.Said(b.Limit, b.Remaining, b.Reset, at, tokens, cfg.providerWindow())
+	}
+	if b := pl.Requests; b.Known {
+		tk.Requests = budget.Said(b.Limit, b.Remaining, b.Reset, at, calls, cfg.providerWindow())
+	}
 	if pl.Tokens.Known && pl.Tokens.Limit > 0 {
 		tk.provLimit = pl.Tokens.Limit
 	}
 	if d := pl.RetryAfter; d > 0 {
-		tk.hold = max(tk.hold, ns+int64(d))
+		tk.Hold = max(tk.Hold, ns+int64(d))
 	}
 	ln.touchLocked(now)
 	if ln.q.n > 0 {
@@ -456,8 +307,8 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 // next answer's headers say it again.
 func (l *lane) forgetProviderLocked() {
 	if tk := l.tok; tk != nil {
-		tk.provTokens, tk.provRequests = mirror{}, mirror{}
-		tk.hold, tk.said, tk.provLimit = 0, 0, 0
+		tk.Tokens, tk.Requests = budget.Mirror{}, budget.Mirror{}
+		tk.Hold, tk.said, tk.provLimit = 0, 0, 0
 	}
 }
 

@@ -53,15 +53,3 @@ type ProviderBudgetSnapshot struct {
 	Remaining int64   `json:"remaining"`
 	Reset     Seconds `json:"reset_s"`
 }
-
-// tokensFitPeekLocked is tokensFitLocked for readings: it puts back
-// everything the look moves (the bucket's refill, the time of the look, a
-// hold or a provider budget found past its end), so that reading changes
-// nothing.
-func (l *lane) tokensFitPeekLocked(cfg *Config, cost int64, ns int64) (bool, string, int64) {
-	tk := l.tok
-	bucket, at, hold, pt, pr := tk.bucket, tk.at, tk.hold, tk.provTokens, tk.provRequests
-	ok, why, wake := l.tokensFitLocked(cfg, cost, ns)
-	tk.bucket, tk.at, tk.hold, tk.provTokens, tk.provRequests = bucket, at, hold, pt, pr
-	return ok, why, wake
-}
