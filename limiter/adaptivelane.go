@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"time"
 
 	"github.com/llmlanes/llmlanes/limiter/adaptive"
 )
@@ -48,82 +49,106 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	// a full lane).
 	busy := ln.inflight >= eff.MaxInflight || ln.q.n > 0 || ln.waiting != [3]int{}
 	now := l.clock.Now()
-	before := ln.adapt.Limit()
-	raised := ln.adapt.FirstByte(now, fb, ln.inflight, eff.Reserve(), busy)
-	ln.droppedLocked(before)
-	if raised {
+	if ln.limit.firstByte(now, fb, ln.inflight, eff.Reserve(), busy) {
 		ln.dispatchLocked(now)
 	}
 }
 
-// adaptLocked gives the lane the controller cfg asks for: a new one when
-// the adaptive settings are new or changed (as the old code did on a
-// reload), none without them, and the ceiling of cfg. It is called on the
-// paths that act (grants, reports, reloads), never on those that only
-// read.
-func (l *lane) adaptLocked(cfg *Config) {
-	switch {
-	case cfg.Adaptive == nil:
-		l.adapt, l.drainFrom = nil, 0
-	case l.adapt == nil || l.adapt.Settings() != *cfg.Adaptive:
-		l.adapt, l.drainFrom = adaptive.New(*cfg.Adaptive, cfg.MaxInflight, l.lim.clock.Now()), 0
-	default:
-		l.adapt.SetCeiling(cfg.MaxInflight)
-	}
+// adaptiveLimit is a lane's limit under Config.Adaptive: its controller's
+// (package adaptive), and, after the limit dropped, the reserve kept
+// while the calls above it drain (see Adaptive).
+type adaptiveLimit struct {
+	c *adaptive.Controller
+	// drainFrom is the limit before it last dropped, while the calls that
+	// the drop left above it drain; 0 otherwise.
+	drainFrom int
+	eff       Config // effective's result, so that deciding allocates nothing
 }
 
-// effLocked returns the settings lane l decides with: cfg itself, or with
-// an adaptive limit, cfg with MaxInflight set to the lane's current limit
-// (Reserve then clamps the reserve to it), or 1 while the lane is cold
-// (Config.ColdStart). It changes nothing but the
-// lane's copy of the result (l.eff), which is valid while the lane's lock
-// is held: a caller that goes on without the lock copies it. A lane whose
-// controller cfg would replace (a reload the lane has not seen yet)
-// decides with a new one's limit, the floor.
-func (l *lane) effLocked(cfg *Config) *Config {
-	if cfg.Adaptive == nil && !l.cold {
+// effective decides with the controller's limit; a lane whose controller
+// cfg would replace (a reload the lane has not seen yet) decides with a
+// new one's limit, the floor.
+func (a *adaptiveLimit) effective(cfg *Config) *Config {
+	if cfg.Adaptive == nil {
 		return cfg
 	}
-	limit := 1 // a cold lane's (Config.ColdStart)
+	limit := max(1, cfg.Adaptive.MinInflight)
+	if a.c.Settings() == *cfg.Adaptive {
+		limit = a.c.Limit()
+	}
+	a.eff = *cfg
+	a.eff.MaxInflight = min(limit, cfg.MaxInflight)
+	return &a.eff
+}
+
+// reconfigured makes a new controller when the adaptive settings are new
+// or changed (as the old code did on a reload), none without them, and
+// sets the ceiling of cfg.
+func (a *adaptiveLimit) reconfigured(cfg *Config, now time.Time) limitPolicy {
 	switch {
-	case l.cold:
-	case l.adapt != nil && l.adapt.Settings() == *cfg.Adaptive:
-		limit = l.adapt.Limit()
-	default:
-		limit = max(1, cfg.Adaptive.MinInflight)
+	case cfg.Adaptive == nil:
+		return fixedLimit{}
+	case a.c.Settings() != *cfg.Adaptive:
+		return &adaptiveLimit{c: adaptive.New(*cfg.Adaptive, cfg.MaxInflight, now)}
 	}
-	l.eff = *cfg
-	l.eff.MaxInflight = min(limit, cfg.MaxInflight)
-	return &l.eff
+	a.c.SetCeiling(cfg.MaxInflight)
+	return a
 }
 
-// droppedLocked notes, after the controller was told something, whether
-// its limit dropped from before: the lane then keeps the interactive
-// reserve up to before while the other calls drain (see Adaptive).
-func (l *lane) droppedLocked(before int) {
-	if l.adapt.Limit() < before {
-		l.drainFrom = max(l.drainFrom, before)
-	}
-}
+func (a *adaptiveLimit) answered() limitPolicy      { return a }
+func (a *adaptiveLimit) warmsAt() (time.Time, bool) { return time.Time{}, false }
 
-// settleDrainLocked ends the drain once the non-interactive calls hold no
-// more than the limit leaves them. It runs where grants are decided, just
-// before, so that the checks themselves change nothing.
-func (l *lane) settleDrainLocked(cfg *Config) {
-	if l.drainFrom != 0 && l.others <= cfg.MaxInflight-cfg.Reserve() {
-		l.drainFrom = 0
+func (a *adaptiveLimit) held(clock Clock, inflight int, interactive bool) {
+	now := clock.Now()
+	a.c.Load(now, inflight)
+	if interactive {
+		a.c.Interactive(now)
 	}
 }
 
-// drainReserveLocked reports whether an interactive call may take a slot
-// the limit does not have: after an adaptive limit dropped, while the
-// non-interactive calls still hold more than the new limit leaves them,
-// interactive calls keep their reserve, up to the limit before the drop.
-func (l *lane) drainReserveLocked(cfg *Config) bool {
-	if l.drainFrom == 0 || l.others <= cfg.MaxInflight-cfg.Reserve() {
+func (a *adaptiveLimit) firstByte(now time.Time, fb FirstByte, inflight, reserve int, busy bool) bool {
+	before := a.c.Limit()
+	raised := a.c.FirstByte(now, fb, inflight, reserve, busy)
+	a.dropped(before)
+	return raised
+}
+
+func (a *adaptiveLimit) loss(now time.Time, x *Exchange) {
+	before := a.c.Limit()
+	a.c.Loss(now, x.Sent, x.Outcome.String(), x.RetryAfter)
+	a.dropped(before)
+}
+
+// dropped notes, after the controller was told something, whether its
+// limit dropped from before: the lane then keeps the interactive reserve
+// up to before while the other calls drain (see Adaptive).
+func (a *adaptiveLimit) dropped(before int) {
+	if a.c.Limit() < before {
+		a.drainFrom = max(a.drainFrom, before)
+	}
+}
+
+func (a *adaptiveLimit) settleDrain(cfg *Config, others int) {
+	if a.drainFrom != 0 && others <= cfg.MaxInflight-cfg.Reserve() {
+		a.drainFrom = 0
+	}
+}
+
+// drainReserve: after the limit dropped, while the non-interactive calls
+// still hold more than the new limit leaves them, interactive calls keep
+// their reserve, up to the limit before the drop.
+func (a *adaptiveLimit) drainReserve(cfg *Config, inflight, others int) bool {
+	if a.drainFrom == 0 || others <= cfg.MaxInflight-cfg.Reserve() {
 		return false
 	}
-	return l.inflight < l.drainFrom && l.inflight-l.others < min(cfg.InteractiveReserve, l.drainFrom-1)
+	return inflight < a.drainFrom && inflight-others < min(cfg.InteractiveReserve, a.drainFrom-1)
+}
+
+func (a *adaptiveLimit) state(cfg *Config, now time.Time) (bool, *AdaptiveState) {
+	if cfg.Adaptive != nil && a.c.Settings() == *cfg.Adaptive {
+		return false, adaptiveState(a.c.State(now))
+	}
+	return false, nil
 }
 
 // AdaptiveState is a lane's adaptive limit in the snapshot.
@@ -155,15 +180,4 @@ func adaptiveState(st adaptive.State) *AdaptiveState {
 		s.BaselineTTFB = &b
 	}
 	return s
-}
-
-// warmLocked ends the lane's cold start (Config.ColdStart): it has heard
-// from its gateway, and grants up to its limit from now.
-func (l *lane) warmLocked() {
-	if l.cold {
-		l.cold = false
-		if l.q.n > 0 {
-			l.dispatchLocked(l.lim.clock.Now())
-		}
-	}
 }

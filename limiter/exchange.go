@@ -200,9 +200,7 @@ func (l *Limiter) RecordExchange(ctx context.Context, key string, x Exchange) {
 	}
 	if cfg := l.cfg.Load(); cfg.Adaptive != nil && x.isLoss() {
 		ln.adaptLocked(cfg)
-		before := ln.adapt.Limit()
-		ln.adapt.Loss(now, x.Sent, x.Outcome.String(), x.RetryAfter)
-		ln.droppedLocked(before)
+		ln.limit.loss(now, &x)
 	}
 	ln.mu.Unlock()
 	if len(l.observers) > 0 {

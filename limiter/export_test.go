@@ -45,14 +45,26 @@ func SameLaneState(a, b *Limiter, key string) error {
 		{"timer", [4]any{la.timer.t != nil, la.timer.at, la.timeout, la.mixed}, [4]any{lb.timer.t != nil, lb.timer.at, lb.timeout, lb.mixed}},
 		{"clocks", [4]any{la.since, la.busyAt, la.touched, la.fresh}, [4]any{lb.since, lb.busyAt, lb.touched, lb.fresh}},
 		{"statistics", la.stats, lb.stats},
-		{"drain", la.drainFrom, lb.drainFrom},
-		{"adaptive controller", la.adapt, lb.adapt},
+		{"limit policy", policyState(la.limit), policyState(lb.limit)},
 	} {
 		if !reflect.DeepEqual(f.x, f.y) {
 			return fmt.Errorf("lane %q: %s differ:\n%+v\n%+v", key, f.name, f.x, f.y)
 		}
 	}
 	return nil
+}
+
+// policyState is what a lane's limit policy decides by: its kind, a cold
+// start's end, an adaptive limit's controller and drain (not the copies
+// of the settings it keeps to hand out).
+func policyState(p limitPolicy) any {
+	switch p := p.(type) {
+	case *coldStart:
+		return []any{"cold", p.until, policyState(p.inner)}
+	case *adaptiveLimit:
+		return []any{"adaptive", p.c, p.drainFrom}
+	}
+	return p
 }
 
 // QueuedCall is one waiter of a lane, for the scenario runner.

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmlanes/llmlanes/limiter/adaptive"
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
@@ -50,23 +49,12 @@ type lane struct {
 	timer   laneTimer
 	timeout time.Duration // the queue timeout of the waiters, while uniform
 	mixed   bool          // waiters queued under different timeouts
-	// adapt is the adaptive limit, with Config.Adaptive; nil otherwise.
-	// drainFrom is the limit before it last dropped, while the calls that
-	// the drop left above it drain (see Adaptive); eff is effLocked's
-	// result, kept here so that deciding allocates nothing.
-	adapt     *adaptive.Controller
-	drainFrom int
-	eff       Config
-	// cold is set while a lane made under Config.ColdStart has not heard
-	// from its gateway: it grants one call at a time (effLocked).
-	cold bool
-	// coldUntil is when a cold lane warms if it has heard nothing by
-	// then (ColdStartMax).
-	coldUntil time.Time
-	seq       uint64
-	since     time.Time // when the queue last became non-empty: saturation
-	busyAt    time.Time // while the queue is non-empty: busy time counted up to here
-	stats     stats.Window
+	// limit is where the lane's limit comes from (see limitPolicy).
+	limit  limitPolicy
+	seq    uint64
+	since  time.Time // when the queue last became non-empty: saturation
+	busyAt time.Time // while the queue is non-empty: busy time counted up to here
+	stats  stats.Window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
@@ -119,9 +107,7 @@ func newLane(lim *Limiter, key string, cfg *Config) *lane {
 	l.tenants.deflt = newTenant(DefaultTenant)
 	l.tenants.est = initialSlotTime
 	l.touchLocked(lim.clock.Now())
-	l.adaptLocked(cfg)
-	l.cold = cfg.ColdStart
-	l.coldUntil = lim.clock.Now().Add(ColdStartMax)
+	l.limit = newPolicy(cfg, lim.clock.Now())
 	return l
 }
 
@@ -274,13 +260,7 @@ func (l *lane) ns(now time.Time) int64 { return int64(now.Sub(l.lim.origin)) }
 // cost tokens, under cfg, and returns its hold.
 func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold {
 	l.inflight++
-	if l.adapt != nil {
-		now := l.lim.clock.Now()
-		l.adapt.Load(now, l.inflight)
-		if p == Interactive {
-			l.adapt.Interactive(now)
-		}
-	}
+	l.heldLocked(p == Interactive)
 	if p != Interactive {
 		l.others++
 	}
@@ -313,8 +293,8 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 	}
 	l.q.push(w)
 	at := w.deadline
-	if l.cold && l.coldUntil.Before(at) {
-		at = l.coldUntil // a cold lane's waiters are granted on when it warms
+	if warm, ok := l.limit.warmsAt(); ok && warm.Before(at) {
+		at = warm // a cold lane's waiters are granted on when it warms
 	}
 	if pending, ok := l.timer.pendingLocked(); !ok || at.Before(pending) {
 		l.armLocked(at)
@@ -367,11 +347,11 @@ func (l *lane) expireDueLocked(now time.Time) {
 		}
 		w = after
 	}
-	if l.cold {
-		if !now.Before(l.coldUntil) {
+	if warm, ok := l.limit.warmsAt(); ok {
+		if !now.Before(warm) {
 			l.warmLocked() // heard nothing in ColdStartMax: a hung first call
-		} else if l.q.n > 0 && (next.IsZero() || l.coldUntil.Before(next)) {
-			next = l.coldUntil
+		} else if l.q.n > 0 && (next.IsZero() || warm.Before(next)) {
+			next = warm
 		}
 	}
 	if !next.IsZero() && l.q.n > 0 {
@@ -581,9 +561,7 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 		l.releaseTokensLocked(h)
 	}
 	l.inflight--
-	if l.adapt != nil {
-		l.adapt.Load(l.lim.clock.Now(), l.inflight)
-	}
+	l.heldLocked(false)
 	if p != Interactive {
 		l.others--
 	}

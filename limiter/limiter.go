@@ -100,10 +100,9 @@ func (l *Limiter) SetConfig(cfg Config) error {
 		keys = append(keys, k.(string))
 		ln.mu.Lock()
 		ln.forgetProviderLocked()
-		ln.adaptLocked(&cfg)
+		ln.adaptLocked(&cfg) // a cold start ends if cfg has none
 		ln.recapLocked(&cfg)
 		ln.rebudgetLocked(&cfg)
-		ln.cold = ln.cold && cfg.ColdStart
 		if ln.q.n > 0 {
 			ln.dispatchLocked(l.clock.Now())
 		}
@@ -160,7 +159,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 		return Slot{}, err
 	}
 	cfg = l.cfg.Load() // decide under the lock with the settings in force now
-	if cfg.Adaptive != nil || ln.adapt != nil || ln.cold {
+	if _, fixed := ln.limit.(fixedLimit); !fixed || cfg.Adaptive != nil {
 		ln.adaptLocked(cfg)
 		cfg = ln.effLocked(cfg)
 		ln.settleDrainLocked(cfg)

@@ -126,12 +126,11 @@ func (s Seconds) MarshalJSON() ([]byte, error) {
 func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	cfg = l.effLocked(cfg)
 	s := LaneSnapshot{
-		Lane:      l.key,
-		Limit:     cfg.MaxInflight,
-		Reserve:   cfg.Reserve(),
-		Inflight:  l.inflight,
-		Queued:    l.q.n,
-		ColdStart: l.cold,
+		Lane:     l.key,
+		Limit:    cfg.MaxInflight,
+		Reserve:  cfg.Reserve(),
+		Inflight: l.inflight,
+		Queued:   l.q.n,
 		QueuedByPriority: QueuedByPriority{
 			Interactive: l.q.byClass[Interactive.Index()],
 			Default:     l.q.byClass[Default.Index()],
@@ -153,9 +152,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s.QueueTimeouts5m = v.Timeouts()
 	s.Upstream = upstreamCounts(&v)
 	s.ETA = l.etaLocked(cfg, now, &v)
-	if l.adapt != nil && cfg.Adaptive != nil && l.adapt.Settings() == *cfg.Adaptive {
-		s.Adaptive = adaptiveState(l.adapt.State(now))
-	}
+	s.ColdStart, s.Adaptive = l.limit.state(cfg, now)
 	if l.lim.backend != nil {
 		s.ETA = nil // the local history says nothing of the other processes' calls
 		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: QueuedByPriority{

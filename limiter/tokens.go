@@ -272,7 +272,7 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 		return
 	}
 	defer ln.mu.Unlock()
-	ln.cold = false // warmed here: the dispatch below grants with the provider's word
+	ln.limit = ln.limit.answered() // warmed here: the dispatch below grants with the provider's word
 	tk := ln.tokensLocked(cfg)
 	now := l.clock.Now()
 	ns := ln.ns(now)
