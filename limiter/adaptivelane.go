@@ -47,9 +47,9 @@ func (l *Limiter) RecordFirstByte(_ context.Context, key string, fb FirstByte) {
 	// Using its slots when the first byte came: every one held, or calls
 	// waiting for one (the controller also asks that the call was sent into
 	// a full lane).
-	busy := ln.inflight >= eff.MaxInflight || ln.q.n > 0 || ln.waiting != [3]int{}
+	busy := ln.slots.inflight >= eff.MaxInflight || ln.q.n > 0 || ln.slots.waiting != [3]int{}
 	now := l.clock.Now()
-	if ln.limit.firstByte(now, fb, ln.inflight, eff.Reserve(), busy) {
+	if ln.limit.firstByte(now, fb, ln.slots.inflight, eff.Reserve(), busy) {
 		ln.dispatchLocked(now)
 	}
 }

@@ -39,11 +39,11 @@ func SameLaneState(a, b *Limiter, key string) error {
 		name string
 		x, y any
 	}{
-		{"holders", [2]int{la.inflight, la.others}, [2]int{lb.inflight, lb.others}},
+		{"holders", [2]int{la.slots.inflight, la.slots.others}, [2]int{lb.slots.inflight, lb.slots.others}},
 		{"queue", queue(la), queue(lb)},
-		{"waiting", la.waiting, lb.waiting},
-		{"timer", [4]any{la.timer.t != nil, la.timer.at, la.timeout, la.mixed}, [4]any{lb.timer.t != nil, lb.timer.at, lb.timeout, lb.mixed}},
-		{"clocks", [4]any{la.since, la.busyAt, la.touched, la.fresh}, [4]any{lb.since, lb.busyAt, lb.touched, lb.fresh}},
+		{"waiting", la.slots.waiting, lb.slots.waiting},
+		{"timer", [4]any{la.deadlines.timer.t != nil, la.deadlines.timer.at, la.deadlines.timeout, la.deadlines.mixed}, [4]any{lb.deadlines.timer.t != nil, lb.deadlines.timer.at, lb.deadlines.timeout, lb.deadlines.mixed}},
+		{"clocks", [4]any{la.activity.since, la.activity.busyAt, la.activity.touched, la.activity.fresh}, [4]any{lb.activity.since, lb.activity.busyAt, lb.activity.touched, lb.activity.fresh}},
 		{"statistics", la.stats, lb.stats},
 		{"limit policy", policyState(la.limit), policyState(lb.limit)},
 	} {

@@ -48,8 +48,8 @@ func benchGrant(b *testing.B, n, tenants int) {
 		if rng.IntN(10) == 0 {
 			arrival = now.Add(-time.Duration(rng.IntN(300)) * time.Second)
 		}
-		w := &waiter{prio: Priority(rng.IntN(3) - 1), t: ts[i%len(ts)], arrival: arrival, at: int64(arrival.Sub(start)), enqueued: now, seq: l.seq, ready: make(chan struct{}, 1)}
-		l.seq++
+		w := &waiter{prio: Priority(rng.IntN(3) - 1), t: ts[i%len(ts)], arrival: arrival, at: int64(arrival.Sub(start)), enqueued: now, seq: l.q.seq, ready: make(chan struct{}, 1)}
+		l.q.seq++
 		return w
 	}
 	for i := range n {
@@ -62,7 +62,7 @@ func benchGrant(b *testing.B, n, tenants int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		l.inflight = 0
+		l.slots.inflight = 0
 		l.dispatchLocked(now)
 		l.enqueueLocked(fresh[i], time.Hour)
 	}

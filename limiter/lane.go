@@ -9,52 +9,70 @@ import (
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
-// lane is the slots and queue of one (endpoint, model).
+// lane is the slots and queue of one (endpoint, model). Its parts each do
+// one job: the slots held (slots, this file), the waiters in serving order
+// (q, queue.go), the tenants' shares (tenants, tenant.go), the token
+// budgets (tok, tokens.go), the waits' deadlines (deadlines, timer.go), the
+// limit (limit, policy.go) and the statistics and activity (stats,
+// activity).
 type lane struct {
 	lim *Limiter
 	key string
 	// usageWarned is set once a usage beyond what a call can cost was
-	// logged (see warnUsage).
+	// logged (see warnUsage); atomic, for a shared lane's settlement,
+	// which does not take the lock.
 	usageWarned atomic.Bool
 
 	// mu guards everything below it. Every grant decision, the reserve check
 	// included, is made with mu held, so a slot can never be given twice or
 	// lost between the check and the grant. Methods named ...Locked expect
-	// it held.
-	mu       sync.Mutex
-	inflight int
-	// others counts the holders whose own class is not Interactive: the
-	// reserve caps them (see fitsLocked), not the total.
-	others int
-	free   []*hold // released holds, reused so that a grant allocates nothing
-	q      queue
+	// it held. Lock order: Limiter.mu, then mu, then the clock's own; mu
+	// is never held while an Observer, a Backend or a Lease is called.
+	mu    sync.Mutex
+	slots slots
+	q     queue
 	// tenants are the lane's tenants: the queue orders their calls by
 	// their service (see queue and tenant).
 	tenants tenants
 	// tok is the lane's token accounting (see laneTokens); nil until a
 	// call carries an estimate, a budget is set or the provider reports.
-	tok *laneTokens
-	// outputs is what its calls with no output bound wrote lately; nil
-	// until one has (a pointer: the ring would make every lane larger).
-	outputs *outputs
+	tok       *laneTokens
+	deadlines deadlines
+	// limit is where the lane's limit comes from (see limitPolicy).
+	limit    limitPolicy
+	stats    stats.Window
+	activity activity
+}
+
+// slots are a lane's slots held, and its calls waiting elsewhere.
+type slots struct {
+	inflight int
+	// others counts the holders whose own class is not Interactive: the
+	// reserve caps them (see fitsLocked), not the total.
+	others int
+	free   []*hold // released holds, reused so that a grant allocates nothing
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
-	// timer ends the waits that reach their deadline: one per lane, at the
-	// earliest deadline, rather than one per waiter (a runtime timer per
-	// waiter cost more than the rest of a contended hand-over). While
-	// every waiter was queued under the same timeout (uniform), deadlines
-	// are in enqueue order and the oldest waiter's is the earliest; after
-	// a reload changed the timeout, the queue is scanned until it empties.
+}
+
+// deadlines end the waits that reach their deadline: one timer per lane,
+// at the earliest deadline, rather than one per waiter (a runtime timer
+// per waiter cost more than the rest of a contended hand-over). While
+// every waiter was queued under the same timeout (uniform), deadlines are
+// in enqueue order and the oldest waiter's is the earliest; after a reload
+// changed the timeout, the queue is scanned until it empties.
+type deadlines struct {
 	timer   laneTimer
 	timeout time.Duration // the queue timeout of the waiters, while uniform
 	mixed   bool          // waiters queued under different timeouts
-	// limit is where the lane's limit comes from (see limitPolicy).
-	limit  limitPolicy
-	seq    uint64
+}
+
+// activity is when a lane was busy and last active, for saturation, the
+// statistics and idle eviction.
+type activity struct {
 	since  time.Time // when the queue last became non-empty: saturation
 	busyAt time.Time // while the queue is non-empty: busy time counted up to here
-	stats  stats.Window
 	// touched is the stats step of the lane's last activity (a grant, a
 	// release, a wait ending, an exchange), for idle eviction; reading the
 	// snapshot is not activity.
@@ -112,16 +130,18 @@ func newLane(lim *Limiter, key string, cfg *Config) *lane {
 }
 
 // touchLocked notes activity at now.
-func (l *lane) touchLocked(now time.Time) { l.touched = max(l.touched, l.stats.StepOf(now)) }
+func (l *lane) touchLocked(now time.Time) {
+	l.activity.touched = max(l.activity.touched, l.stats.StepOf(now))
+}
 
 // idleLocked reports whether the lane has had nothing in flight, nothing
 // queued and no activity for ttl at now. Activity is known to the step
 // (10 s), so the idle time counts from the end of the last active step.
 func (l *lane) idleLocked(now time.Time, ttl time.Duration) bool {
-	if l.inflight > 0 || l.q.n > 0 || l.waiting != [3]int{} {
+	if l.slots.inflight > 0 || l.q.n > 0 || l.slots.waiting != [3]int{} {
 		return false
 	}
-	return now.Sub(l.stats.StepEnd(l.touched)) >= ttl
+	return now.Sub(l.stats.StepEnd(l.activity.touched)) >= ttl
 }
 
 // refuseAllLocked ends every wait with ErrShuttingDown.
@@ -155,10 +175,10 @@ func (l *lane) fitsLocked(cfg *Config, p Priority) bool {
 	if p == Interactive && l.drainReserveLocked(cfg) {
 		return true
 	}
-	if l.inflight >= cfg.MaxInflight {
+	if l.slots.inflight >= cfg.MaxInflight {
 		return false
 	}
-	return p == Interactive || l.others < capFor(cfg, p)
+	return p == Interactive || l.slots.others < capFor(cfg, p)
 }
 
 // nextLocked returns the waiter to grant a slot to at now, or nil when none
@@ -175,10 +195,10 @@ func (l *lane) nextLocked(cfg *Config, now int64) *waiter {
 			return w
 		}
 	}
-	if l.inflight >= cfg.MaxInflight {
+	if l.slots.inflight >= cfg.MaxInflight {
 		return nil
 	}
-	if l.others < capFor(cfg, Bulk) {
+	if l.slots.others < capFor(cfg, Bulk) {
 		return l.q.best(now)
 	}
 	return l.q.interactive()
@@ -201,7 +221,7 @@ func (l *lane) dispatchLocked(now time.Time) {
 			l.q.unpark(t)
 		}
 	}()
-	if at, ok := l.timer.pendingLocked(); ok && !at.After(now) {
+	if at, ok := l.deadlines.timer.pendingLocked(); ok && !at.After(now) {
 		l.expireDueLocked(now) // due, and not fired yet: see expireDueLocked
 	}
 	for l.q.n > 0 && !l.lim.closed.Load() {
@@ -259,14 +279,14 @@ func (l *lane) ns(now time.Time) int64 { return int64(now.Sub(l.lim.origin)) }
 // takeLocked counts a new holder of class p, tenant t's call estimated at
 // cost tokens, under cfg, and returns its hold.
 func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold {
-	l.inflight++
+	l.slots.inflight++
 	l.heldLocked(p == Interactive)
 	if p != Interactive {
-		l.others++
+		l.slots.others++
 	}
 	var h *hold
-	if n := len(l.free); n > 0 {
-		h, l.free = l.free[n-1], l.free[:n-1]
+	if n := len(l.slots.free); n > 0 {
+		h, l.slots.free = l.slots.free[n-1], l.slots.free[:n-1]
 	} else {
 		h = &hold{lane: l}
 	}
@@ -283,10 +303,10 @@ func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold 
 func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 	w.deadline = w.enqueued.Add(timeout)
 	if l.q.n == 0 {
-		l.since, l.busyAt = w.enqueued, w.enqueued
-		l.timeout, l.mixed = timeout, false
-	} else if timeout != l.timeout {
-		l.mixed = true
+		l.activity.since, l.activity.busyAt = w.enqueued, w.enqueued
+		l.deadlines.timeout, l.deadlines.mixed = timeout, false
+	} else if timeout != l.deadlines.timeout {
+		l.deadlines.mixed = true
 	}
 	if len(w.t.q[w.prio.Index()].classQueue) == 0 {
 		l.liftLocked(l.lim.cfg.Load(), w.t, w.prio.Index(), w.cost)
@@ -296,7 +316,7 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 	if warm, ok := l.limit.warmsAt(); ok && warm.Before(at) {
 		at = warm // a cold lane's waiters are granted on when it warms
 	}
-	if pending, ok := l.timer.pendingLocked(); !ok || at.Before(pending) {
+	if pending, ok := l.deadlines.timer.pendingLocked(); !ok || at.Before(pending) {
 		l.armLocked(at)
 	}
 }
@@ -304,9 +324,9 @@ func (l *lane) enqueueLocked(w *waiter, timeout time.Duration) {
 func (l *lane) dequeueLocked(w *waiter, now time.Time) {
 	l.q.remove(w)
 	if l.q.n == 0 {
-		l.stats.Busy(now, now.Sub(l.busyAt))
-		l.since, l.busyAt = time.Time{}, time.Time{}
-		l.timer.stopLocked()
+		l.stats.Busy(now, now.Sub(l.activity.busyAt))
+		l.activity.since, l.activity.busyAt = time.Time{}, time.Time{}
+		l.deadlines.timer.stopLocked()
 	}
 	// A waiter that leaves before its deadline leaves the timer as it is:
 	// when it fires, it ends what is due and waits for the next deadline.
@@ -314,7 +334,7 @@ func (l *lane) dequeueLocked(w *waiter, now time.Time) {
 }
 
 // armLocked sets the lane's timer to end the waits due at at.
-func (l *lane) armLocked(at time.Time) { l.timer.armLocked(l, at, l.expireDueTimedLocked) }
+func (l *lane) armLocked(at time.Time) { l.deadlines.timer.armLocked(l, at, l.expireDueTimedLocked) }
 
 // expireDueTimedLocked is the lane timer's function: it ends the waits
 // that are due (expireDueLocked). A waiter that leaves frees no slot, but
@@ -332,7 +352,7 @@ func (l *lane) expireDueTimedLocked(now time.Time) {
 // that have reached their deadline end before anyone is granted, whichever
 // of the lane's timers fires first at that instant.
 func (l *lane) expireDueLocked(now time.Time) {
-	l.timer.stopLocked()
+	l.deadlines.timer.stopLocked()
 	var next time.Time
 	for w := l.q.oldest; w != nil; {
 		after := w.next
@@ -341,7 +361,7 @@ func (l *lane) expireDueLocked(now time.Time) {
 			l.expireLocked(w, now)
 		case next.IsZero() || w.deadline.Before(next):
 			next = w.deadline
-			if !l.mixed {
+			if !l.deadlines.mixed {
 				after = nil // in enqueue order: the rest come later
 			}
 		}
@@ -377,17 +397,17 @@ func (l *lane) leftLocked(now time.Time) {
 // in the statistics, so that the service rate includes a busy spell still
 // going on.
 func (l *lane) creditBusyLocked(now time.Time) {
-	if l.q.n > 0 && now.After(l.busyAt) {
-		l.stats.Busy(now, now.Sub(l.busyAt))
-		l.busyAt = now
+	if l.q.n > 0 && now.After(l.activity.busyAt) {
+		l.stats.Busy(now, now.Sub(l.activity.busyAt))
+		l.activity.busyAt = now
 	}
 }
 
 // busyNowLocked is the time the queue has been non-empty up to now that the
 // statistics do not hold yet: what a reading adds, changing nothing.
 func (l *lane) busyNowLocked(now time.Time) time.Duration {
-	if l.q.n > 0 && now.After(l.busyAt) {
-		return now.Sub(l.busyAt)
+	if l.q.n > 0 && now.After(l.activity.busyAt) {
+		return now.Sub(l.activity.busyAt)
 	}
 	return 0
 }
@@ -398,7 +418,7 @@ func (l *lane) grantNowLocked(cfg *Config, p Priority, t *tenant, cost int64) *h
 	h := l.takeLocked(cfg, p, t, cost)
 	l.freshenLocked()
 	l.stats.Zero()
-	l.touched = l.stats.Current()
+	l.activity.touched = l.stats.Current()
 	return h
 }
 
@@ -406,17 +426,17 @@ func (l *lane) grantNowLocked(cfg *Config, p Priority, t *tenant, cost int64) *h
 // step, reading the clock only when the step may have ended since it last
 // did.
 func (l *lane) freshenLocked() {
-	if !l.fresh {
+	if !l.activity.fresh {
 		now := l.lim.clock.Now()
 		l.stats.Advance(now)
-		l.fresh = true
+		l.activity.fresh = true
 		l.lim.clock.AfterFunc(l.stats.StepEnd(l.stats.Current()).Sub(now), l.stepEnded)
 	}
 }
 
 func (l *lane) stepEnded() {
 	l.mu.Lock()
-	l.fresh = false
+	l.activity.fresh = false
 	l.mu.Unlock()
 }
 
@@ -436,8 +456,8 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, c *call, t *tenant, 
 	now := lim.clock.Now()
 	w := lim.waiters.Get().(*waiter)
 	defer lim.putWaiter(w)
-	w.prio, w.t, w.cost, w.base, w.open, w.arrival, w.enqueued, w.seq = p, t, cost, base, open, c.arrivedBy(now), now, l.seq
-	l.seq++
+	w.prio, w.t, w.cost, w.base, w.open, w.arrival, w.enqueued, w.seq = p, t, cost, base, open, c.arrivedBy(now), now, l.q.seq
+	l.q.seq++
 	w.at = int64(w.arrival.Sub(lim.origin))
 	l.touchLocked(now)
 	l.enqueueLocked(w, cfg.queueTimeout())
@@ -560,17 +580,17 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	if l.tok != nil {
 		l.releaseTokensLocked(h)
 	}
-	l.inflight--
+	l.slots.inflight--
 	l.heldLocked(false)
 	if p != Interactive {
-		l.others--
+		l.slots.others--
 	}
-	l.free = append(l.free, h)
+	l.slots.free = append(l.slots.free, h)
 	if l.q.n > 0 {
 		l.dispatchLocked(l.lim.clock.Now())
 	} else {
 		l.freshenLocked()
-		l.touched = l.stats.Current()
+		l.activity.touched = l.stats.Current()
 	}
 	return p, lease
 }

@@ -201,7 +201,7 @@ func (l *Limiter) openLane(ctx context.Context, key string, cfg *Config, p Prior
 			return nil, err
 		}
 		ln.mu.Lock()
-		if ln.evicted {
+		if ln.activity.evicted {
 			ln.mu.Unlock() // evicted between the lookup and the lock: make it again
 			continue
 		}
@@ -266,7 +266,7 @@ func (l *Limiter) sweepIdle() {
 		ln := v.(*lane)
 		ln.mu.Lock()
 		if cfg.LaneIdleTTL > 0 && ln.idleLocked(now, cfg.LaneIdleTTL) {
-			ln.evicted = true
+			ln.activity.evicted = true
 			l.lanes.Delete(k)
 			l.nlanes--
 			gone = append(gone, ln.key)

@@ -77,7 +77,11 @@ func (l *lane) openEstimateLocked(cfg *Config, v any) (int64, bool) {
 		return n, false
 	}
 	out := o.fallback
-	if learned, ok := l.outputs.bound(); ok {
+	var learnt *outputs // none before the lane's token accounting is made
+	if l.tok != nil {
+		learnt = l.tok.outputs
+	}
+	if learned, ok := learnt.bound(); ok {
 		out = learned
 		if ceiling := l.smallestBudgetLocked(cfg); ceiling > 0 {
 			out = min(out, max(ceiling-o.prompt, o.fallback))

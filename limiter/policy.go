@@ -102,7 +102,7 @@ func (l *lane) effLocked(cfg *Config) *Config {
 // heldLocked tells the policy the slots held, after a grant or a release.
 func (l *lane) heldLocked(interactive bool) {
 	if _, fixed := l.limit.(fixedLimit); !fixed {
-		l.limit.held(l.lim.clock, l.inflight, interactive)
+		l.limit.held(l.lim.clock, l.slots.inflight, interactive)
 	}
 }
 
@@ -110,12 +110,12 @@ func (l *lane) heldLocked(interactive bool) {
 // Adaptive) once the non-interactive calls hold no more than the limit
 // leaves them. It runs where grants are decided, just before, so that the
 // checks themselves change nothing.
-func (l *lane) settleDrainLocked(cfg *Config) { l.limit.settleDrain(cfg, l.others) }
+func (l *lane) settleDrainLocked(cfg *Config) { l.limit.settleDrain(cfg, l.slots.others) }
 
 // drainReserveLocked reports whether an interactive call may take a slot
 // the limit does not have (see Adaptive).
 func (l *lane) drainReserveLocked(cfg *Config) bool {
-	return l.limit.drainReserve(cfg, l.inflight, l.others)
+	return l.limit.drainReserve(cfg, l.slots.inflight, l.slots.others)
 }
 
 // warmLocked tells the policy the lane has heard from its gateway: a cold

@@ -217,6 +217,7 @@ type queue struct {
 	oldest  *waiter // enqueue-order list
 	new     *waiter
 	n       int
+	seq     uint64 // the next waiter's place in enqueue order
 }
 
 // fifo is one tenant's waiters of one own class.

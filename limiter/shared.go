@@ -26,7 +26,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 		ln.mu.Unlock()
 		return Slot{}, err
 	}
-	ln.waiting[p.Index()]++
+	ln.slots.waiting[p.Index()]++
 	t.queued++
 	ln.touchLocked(start)
 	ln.adaptLocked(l.cfg.Load())
@@ -54,7 +54,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 	}
 	e := Event{Lane: key, Priority: p, Tenant: t.label, Wait: waited, Position: place}
 	ln.mu.Lock()
-	ln.waiting[p.Index()]--
+	ln.slots.waiting[p.Index()]--
 	t.queued--
 	ln.touchLocked(now)
 	var s Slot

@@ -129,7 +129,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		Lane:     l.key,
 		Limit:    cfg.MaxInflight,
 		Reserve:  cfg.Reserve(),
-		Inflight: l.inflight,
+		Inflight: l.slots.inflight,
 		Queued:   l.q.n,
 		QueuedByPriority: QueuedByPriority{
 			Interactive: l.q.byClass[Interactive.Index()],
@@ -142,7 +142,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s.Tenants = topTenants(s.AllTenants)
 	if l.q.oldest != nil {
 		s.OldestWait = seconds(now.Sub(l.q.oldest.enqueued).Seconds())
-		s.Saturated = now.Sub(l.since) >= saturationAfter
+		s.Saturated = now.Sub(l.activity.since) >= saturationAfter
 	}
 	v := l.stats.At(now)
 	if p50, p90, ok := v.Percentiles(); ok {
@@ -155,8 +155,8 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	s.ColdStart, s.Adaptive = l.limit.state(cfg, now)
 	if l.lim.backend != nil {
 		s.ETA = nil // the local history says nothing of the other processes' calls
-		s.Shared = &Shared{ProcessInflight: l.inflight, ProcessQueued: QueuedByPriority{
-			Interactive: l.waiting[Interactive.Index()], Default: l.waiting[Default.Index()], Bulk: l.waiting[Bulk.Index()]}}
+		s.Shared = &Shared{ProcessInflight: l.slots.inflight, ProcessQueued: QueuedByPriority{
+			Interactive: l.slots.waiting[Interactive.Index()], Default: l.slots.waiting[Default.Index()], Bulk: l.slots.waiting[Bulk.Index()]}}
 	}
 	return s
 }

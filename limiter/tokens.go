@@ -78,6 +78,9 @@ type laneTokens struct {
 	// wake looks at the queue again when a budget will have room for the
 	// call first in line.
 	wake laneTimer
+	// outputs is what the lane's calls with no output bound wrote lately;
+	// nil until one has (a pointer: the ring would make every lane larger).
+	outputs *outputs
 }
 
 // tokensLocked returns the lane's token accounting, made if need be.
@@ -228,10 +231,10 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		l.stats.Settled(stats.Tokens{Prompt: u.Prompt, Completion: u.Completion, Estimate: h.est})
 		l.learnLocked(h, used)
 		if h.open {
-			if l.outputs == nil {
-				l.outputs = new(outputs)
+			if l.tok.outputs == nil {
+				l.tok.outputs = new(outputs)
 			}
-			l.outputs.add(u.Completion)
+			l.tok.outputs.add(u.Completion)
 		}
 	}
 	h.cost, h.settled = used, true
