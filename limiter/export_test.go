@@ -91,7 +91,7 @@ func LaneQueue(lim *Limiter, key string) ([]QueuedCall, map[string]float64) {
 	var service map[string]float64
 	if l.tenants.measured {
 		service = map[string]float64{}
-		l.eachTenant(func(t *tenant) { service[t.name] = t.vs })
+		l.eachTenantLocked(func(t *tenant) { service[t.name] = t.vs })
 	}
 	return out, service
 }

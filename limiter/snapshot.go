@@ -137,7 +137,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 			Bulk:        l.q.byClass[Bulk.Index()],
 		},
 	}
-	s.AllTenants = l.snapshotTenants(cfg)
+	s.AllTenants = l.snapshotTenantsLocked(cfg)
 	s.Tokens = l.snapshotTokensLocked(cfg, now)
 	s.Tenants = topTenants(s.AllTenants)
 	if l.q.oldest != nil {
@@ -186,15 +186,15 @@ func (l *Limiter) Snapshot() Snapshot {
 	return s
 }
 
-// snapshotTenants returns every tenant of the lane, the busiest first (by
+// snapshotTenantsLocked returns every tenant of the lane, the busiest first (by
 // queued, then in flight, then name), or nil while it has seen no named
 // tenant.
-func (l *lane) snapshotTenants(cfg *Config) []TenantSnapshot {
+func (l *lane) snapshotTenantsLocked(cfg *Config) []TenantSnapshot {
 	if !l.tenants.measured {
 		return nil
 	}
 	var out []TenantSnapshot
-	l.eachTenant(func(t *tenant) {
+	l.eachTenantLocked(func(t *tenant) {
 		out = append(out, TenantSnapshot{Tenant: t.name, Inflight: t.inflight, Queued: t.queued,
 			Service: Seconds(t.served), Weight: cfg.weight(t)})
 	})
@@ -212,7 +212,7 @@ func (l *lane) snapshotTenants(cfg *Config) []TenantSnapshot {
 }
 
 // topTenants returns the first SnapshotTenantsShown of all (sorted as
-// snapshotTenants sorts), then the rest summed as OtherTenant.
+// snapshotTenantsLocked sorts), then the rest summed as OtherTenant.
 func topTenants(all []TenantSnapshot) []TenantSnapshot {
 	if all == nil {
 		return nil

@@ -263,13 +263,13 @@ func (l *lane) liftLocked(cfg *Config, t *tenant, c int, cost int64) {
 		l.q.serviceChanged(t) // its heads, if parked with waiters, are out
 	}
 	if !t.joined {
-		ts.mark = t.vs + l.chargeOf(cfg, t, cost)
+		ts.mark = t.vs + l.chargeOfLocked(cfg, t, cost)
 	}
 }
 
-// chargeOf returns what a grant to t of a call estimated at cost tokens
+// chargeOfLocked returns what a grant to t of a call estimated at cost tokens
 // (0: none) is charged, in the lane's unit of service, per its weight.
-func (l *lane) chargeOf(cfg *Config, t *tenant, cost int64) float64 {
+func (l *lane) chargeOfLocked(cfg *Config, t *tenant, cost int64) float64 {
 	c := l.tenants.estOf(t)
 	if l.tenants.tokens {
 		c = l.tenants.perCall
@@ -297,7 +297,7 @@ func (l *lane) chargeLocked(cfg *Config, t *tenant, h *hold, cost int64) {
 		h.timed, h.at = true, l.nowNS()
 		t.seen = h.at
 		h.inTokens = l.tenants.tokens
-		h.charge = l.chargeOf(cfg, t, cost)
+		h.charge = l.chargeOfLocked(cfg, t, cost)
 		t.vs += h.charge
 		t.pending += h.charge
 		l.q.serviceChanged(t)
@@ -359,7 +359,7 @@ func (l *lane) settleLocked(cfg *Config, h *hold) {
 // charged cost until the lane has measured its mean.
 func (l *lane) inTokensLocked(cost int64) {
 	l.tenants.tokens, l.tenants.perCall, l.tenants.mark = true, float64(cost), 0
-	l.eachTenant(func(t *tenant) {
+	l.eachTenantLocked(func(t *tenant) {
 		t.vs, t.pending = 0, 0
 		l.q.serviceChanged(t)
 	})
@@ -373,7 +373,7 @@ func capped(cfg *Config, t *tenant) bool {
 
 // recapLocked parks and unparks the tenants after the cap changed.
 func (l *lane) recapLocked(cfg *Config) {
-	l.eachTenant(func(t *tenant) {
+	l.eachTenantLocked(func(t *tenant) {
 		switch c := capped(cfg, t); {
 		case c && !t.parked:
 			l.q.park(t)
@@ -383,7 +383,7 @@ func (l *lane) recapLocked(cfg *Config) {
 	})
 }
 
-func (l *lane) eachTenant(f func(*tenant)) {
+func (l *lane) eachTenantLocked(f func(*tenant)) {
 	f(l.tenants.deflt)
 	for _, t := range l.tenants.byName {
 		f(t)
