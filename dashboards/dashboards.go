@@ -96,7 +96,8 @@ func variables(prefix string, multiLane bool) []cog.Builder[dashboard.VariableMo
 	}
 }
 
-// title and uid tell the dashboards of different prefixes apart.
+// titleAndUID returns a dashboard's title and uid for prefix: they tell the
+// dashboards of different prefixes apart.
 func titleAndUID(title, uid, prefix string) (string, string) {
 	if prefix == "llmlanes" {
 		return title, "llmlanes-" + uid

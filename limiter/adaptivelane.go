@@ -134,7 +134,8 @@ func (a *adaptiveLimit) settleDrain(cfg *Config, others int) {
 	}
 }
 
-// drainReserve: after the limit dropped, while the non-interactive calls
+// drainReserve reports whether an interactive call keeps its reserve:
+// after the limit dropped, while the non-interactive calls
 // still hold more than the new limit leaves them, interactive calls keep
 // their reserve, up to the limit before the drop.
 func (a *adaptiveLimit) drainReserve(cfg *Config, inflight, others int) bool {

@@ -187,7 +187,7 @@ func (w *Window) Advance(now time.Time) {
 
 // moveTo makes step k the current one. The histograms are walked through
 // pointers, never copied: a copy of one on the stack made every goroutine
-// that released a slot grow its stack to 8 KiB, again after each
+// that released a slot grow its stack past Go's smallest, again after each
 // collection shrank it.
 func (w *Window) moveTo(k int64) {
 	for s := max(w.cur+1, k-steps+1); s <= k; s++ {
