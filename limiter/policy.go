@@ -110,11 +110,18 @@ func (l *lane) heldLocked(interactive bool) {
 // Adaptive) once the non-interactive calls hold no more than the limit
 // leaves them. It runs where grants are decided, just before, so that the
 // checks themselves change nothing.
-func (l *lane) settleDrainLocked(cfg *Config) { l.limit.settleDrain(cfg, l.slots.others) }
+func (l *lane) settleDrainLocked(cfg *Config) {
+	if _, fixed := l.limit.(fixedLimit); !fixed {
+		l.limit.settleDrain(cfg, l.slots.others)
+	}
+}
 
 // drainReserveLocked reports whether an interactive call may take a slot
 // the limit does not have (see Adaptive).
 func (l *lane) drainReserveLocked(cfg *Config) bool {
+	if _, fixed := l.limit.(fixedLimit); fixed {
+		return false
+	}
 	return l.limit.drainReserve(cfg, l.slots.inflight, l.slots.others)
 }
 
