@@ -63,8 +63,8 @@ var codeTable = []Code{
 	{RequestTooLargeCode, http.StatusRequestEntityTooLarge, true, "the body is over the limit"},
 	{InvalidJSONCode, http.StatusBadRequest, true, "the body is not a JSON object"},
 	{MissingModelCode, http.StatusBadRequest, true, "the body names no model"},
-	{UpstreamStallCode, http.StatusGatewayTimeout, false, "the gateway sent no headers, or no body, within the timeouts"},
-	{UpstreamUnreachableCode, http.StatusBadGateway, false, "the gateway could not be reached"},
+	{UpstreamStallCode, http.StatusGatewayTimeout, false, "the gateway sent no headers, or no body, within the timeouts (lanes-exporter's answer; a Transport returns its error, which spans and the GenAI metrics name so)"},
+	{UpstreamUnreachableCode, http.StatusBadGateway, false, "the gateway could not be reached (lanes-exporter's answer; a Transport returns its error, which spans and the GenAI metrics name so)"},
 }
 
 // Codes returns this package's table of error codes (a copy).

@@ -60,7 +60,7 @@ func metricTable(prefix string, defs []otelbridge.Def) string {
 
 func codeTable() string {
 	var b strings.Builder
-	b.WriteString("| code | status | `x-should-retry` | sent by | when |\n| --- | --- | --- | --- | --- |\n")
+	b.WriteString("| code | status | `x-should-retry` | table | when |\n| --- | --- | --- | --- | --- |\n")
 	row := func(c lanehttp.Code, by string) {
 		retry := "—"
 		if c.NoRetry {
@@ -69,10 +69,10 @@ func codeTable() string {
 		fmt.Fprintf(&b, "| `%s` | %d %s | %s | %s | %s |\n", c.Name, c.Status, http.StatusText(c.Status), retry, by, cell(c.When))
 	}
 	for _, c := range lanehttp.Codes() {
-		row(c, "a Transport, lanes-exporter")
+		row(c, "`lanehttp`")
 	}
 	for _, c := range exporter.Codes() {
-		row(c, "lanes-exporter")
+		row(c, "lanes-exporter's")
 	}
 	return b.String()
 }
