@@ -10,8 +10,13 @@ import (
 // its logical arrival (WithArrival), its tenant (WithTenant) and its token
 // estimate (WithTokens, WithOpenOutput). Every later step, in this process
 // or on a Backend, takes the call, never the context.
+//
+// The With functions keep the four facts together, in one context value
+// of type *call that each of them copies and changes: a lookup walks the
+// context's chain of values (a proxied request's holds a dozen), and
+// Acquire makes one, not four.
 type call struct {
-	prio    Priority
+	prio    Priority  // as given: see read
 	arrival time.Time // when given (arrived): see arrivedBy
 	arrived bool
 	tenant  string // "": DefaultTenant
@@ -20,10 +25,35 @@ type call struct {
 	tokens any
 }
 
-// read sets c to the call that ctx carries.
+type callKey struct{}
+
+// callOf returns the call that ctx carries, or nil.
+func callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+// read sets c to the call that ctx carries; a class that is not one reads
+// as Default.
 func (c *call) read(ctx context.Context) {
-	c.prio, c.tenant, c.tokens = PriorityFrom(ctx), TenantFrom(ctx), ctx.Value(tokensKey{})
-	c.arrival, c.arrived = ArrivalFrom(ctx)
+	if f := callOf(ctx); f != nil {
+		*c = *f
+	} else {
+		*c = call{}
+	}
+	if !c.prio.valid() {
+		c.prio = Default
+	}
+}
+
+// with returns a context that carries ctx's call changed by set.
+func with(ctx context.Context, set func(*call)) context.Context {
+	c := new(call)
+	if f := callOf(ctx); f != nil {
+		*c = *f
+	}
+	set(c)
+	return context.WithValue(ctx, callKey{}, c)
 }
 
 // arrivedBy returns the call's logical arrival, at most now: a call with
@@ -35,23 +65,19 @@ func (c *call) arrivedBy(now time.Time) time.Time {
 	return now
 }
 
-type priorityKey struct{}
-type arrivalKey struct{}
-
 // WithPriority returns a context whose model calls run in class p.
 // Goroutines started with the returned context inherit the class.
 func WithPriority(ctx context.Context, p Priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p)
+	return with(ctx, func(c *call) { c.prio = p })
 }
 
 // PriorityFrom returns the class carried by ctx: Default when ctx carries
 // none, or carries a value that is not a class.
 func PriorityFrom(ctx context.Context) Priority {
-	p, ok := ctx.Value(priorityKey{}).(Priority)
-	if !ok || !p.valid() {
-		return Default
+	if c := callOf(ctx); c != nil && c.prio.valid() {
+		return c.prio
 	}
-	return p
+	return Default
 }
 
 // WithArrival returns a context that carries the logical arrival time t of a
@@ -60,32 +86,32 @@ func PriorityFrom(ctx context.Context) Priority {
 // starting over at the back of its class. An arrival in the future counts as
 // now.
 func WithArrival(ctx context.Context, t time.Time) context.Context {
-	return context.WithValue(ctx, arrivalKey{}, t)
+	return with(ctx, func(c *call) { c.arrival, c.arrived = t, true })
 }
 
 // ArrivalFrom returns the logical arrival time carried by ctx, if any.
 func ArrivalFrom(ctx context.Context) (time.Time, bool) {
-	t, ok := ctx.Value(arrivalKey{}).(time.Time)
-	return t, ok
+	if c := callOf(ctx); c != nil {
+		return c.arrival, c.arrived
+	}
+	return time.Time{}, false
 }
-
-type tenantKey struct{}
 
 // WithTenant returns a context whose model calls are tenant name's: within
 // a class, a lane shares its slots fairly between tenants (see Fairness).
 // Goroutines started with the returned context inherit the tenant. The
 // empty name is DefaultTenant.
 func WithTenant(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, name)
+	return with(ctx, func(c *call) { c.tenant = name })
 }
 
 // TenantFrom returns the tenant carried by ctx, or "" when it carries none.
 func TenantFrom(ctx context.Context) string {
-	s, _ := ctx.Value(tenantKey{}).(string)
-	return s
+	if c := callOf(ctx); c != nil {
+		return c.tenant
+	}
+	return ""
 }
-
-type tokensKey struct{}
 
 // WithTokens returns a context whose model call is estimated to cost n
 // tokens: its prompt plus the most it may write (package lanehttp
@@ -94,20 +120,22 @@ type tokensKey struct{}
 // Slot.Settle later replaces the estimate with what the call used. n of 0
 // or less carries no estimate.
 func WithTokens(ctx context.Context, n int64) context.Context {
-	return context.WithValue(ctx, tokensKey{}, n)
+	return with(ctx, func(c *call) { c.tokens = n })
 }
 
 // TokensFrom returns the estimate carried by ctx (see WithTokens,
 // WithOpenOutput), or 0.
 func TokensFrom(ctx context.Context) int64 {
-	n, _ := estimateOf(ctx.Value(tokensKey{}))
-	return n
+	if c := callOf(ctx); c != nil {
+		n, _ := estimateOf(c.tokens)
+		return n
+	}
+	return 0
 }
 
-// estimateOf reads a value of tokensKey: an estimate (WithTokens), or an
-// open output (WithOpenOutput), whose estimate before learning is its
-// prompt plus its fallback. One key for both, so that an acquisition
-// looks up one context value for its estimate, as before there were two.
+// estimateOf reads a call's tokens: an estimate (WithTokens), or an open
+// output (WithOpenOutput), whose estimate before learning is its prompt
+// plus its fallback.
 func estimateOf(v any) (int64, *openOutput) {
 	switch v := v.(type) {
 	case int64:
@@ -126,5 +154,6 @@ type openOutput struct{ prompt, fallback int64 }
 // learned it. It replaces an estimate WithTokens set, and is replaced by
 // one it sets; TokensFrom reads prompt plus fallback.
 func WithOpenOutput(ctx context.Context, prompt, fallback int64) context.Context {
-	return context.WithValue(ctx, tokensKey{}, &openOutput{max(prompt, 0), max(fallback, 0)})
+	o := &openOutput{max(prompt, 0), max(fallback, 0)}
+	return with(ctx, func(c *call) { c.tokens = o })
 }

@@ -795,9 +795,10 @@ func TestRedisStallCutsNoCall(t *testing.T) {
 // within SharedStateTimeout (1 s) and its rendering, with the last global
 // figures read and their age (llmlanes_llm_shared_figures_age_seconds, and
 // the snapshot's shared.figures_age_s); once Redis answers, fresh again.
+// Nothing is read at the gateway, so it runs beside the tests that hold
+// the process turn.
 func TestScrapeWithRedisFrozen(t *testing.T) {
 	t.Parallel()
-	processesAlone(t)
 	r := startRedis(t)
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: time.Millisecond, Tokens: 2, PropagateDisconnect: true})
 	p := startExporter(t, gw.URL, r.URL(), "p", 4, ", lease_ttl: 5s")
@@ -850,10 +851,11 @@ func TestScrapeWithRedisFrozen(t *testing.T) {
 	eventually(t, "fresh figures again", func() bool { m, _ := scrape(); return age(m) == 0 })
 }
 
-// processTests lets one test at a time run lanes-exporter processes: their
-// figures (the gateway's peak, a provider's 429) are taken at a real
-// gateway, whose view of a call's end lags the lane's when the machine is
-// loaded; the package's other tests run beside it.
+// processTests lets one test at a time run lanes-exporter processes whose
+// figures (the gateway's peak, a provider's 429, a lease's lapse) are taken
+// at a real gateway, whose view of a call's end lags the lane's when the
+// machine is loaded; the package's other tests run beside it, and so do
+// the process tests that read only an order or a route's answer.
 var processTests = make(chan struct{}, 1)
 
 // processesAlone waits until no other test runs processes, and holds the
