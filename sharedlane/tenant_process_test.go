@@ -16,8 +16,8 @@ import (
 // process; then tenant B queues 2 bulk calls. B's first call is granted
 // within the next two grants, not after A's twenty. Each step frees one
 // slot at the gateway and waits for the one call it lets through, so the
-// order is the shared lane's. A lease_ttl of 3 s, not the default 15 s:
-// the lane grants nothing for one lease_ttl after Redis starts, and 3 s
+// order is the shared lane's. A lease_ttl of 5 s, not the default 15 s:
+// the lane grants nothing for one lease_ttl after Redis starts, and 5 s
 // still keeps a waiter's place across a loaded machine's late renewal
 // (a place that lapsed would queue again, behind the others). It reads an order, not a figure taken at
 // the gateway, so it runs beside the tests that hold the process turn.
@@ -48,7 +48,7 @@ func TestTenantsShareAcrossProcesses(t *testing.T) {
 limiter: {max_inflight: 2, queue_timeout: 300s, interactive_reserve: 0}
 proxy: {response_header_timeout: 60s}
 upstreams: [{name: gw, base_url: "%s/v1"}]
-shared: {redis_url: "%s", process: %s, lease_ttl: 3s}
+shared: {redis_url: "%s", process: %s, lease_ttl: 5s}
 `, addr, gw.URL, r.URL(), name)))
 	}
 	var wg sync.WaitGroup

@@ -61,8 +61,9 @@ func TestProviderHeadersAcrossProcesses(t *testing.T) {
 // mapping), in front of a gateway that limits tokens as OpenAI does, at
 // 6,000 a minute; post sends the i-th call through process i%2 (each
 // estimated at 1,004 tokens: 4 of prompt and its max_tokens, 1,000). Their
-// lease_ttl is 3 s, not the default 15 s: the lane grants nothing for one
-// lease_ttl after Redis starts.
+// lease_ttl is 5 s, not the default 15 s: the lane grants nothing for one
+// lease_ttl after Redis starts, and Redis calls time out after a third
+// of it, which a loaded machine must not reach.
 func tokenExporters(t *testing.T, limiter string) (sim *gatewaysim.Gateway, post func(i int) error) {
 	r := startRedis(t)
 	sim = gatewaysim.New(gatewaysim.Config{Capacity: 100, TokenTime: 20 * time.Millisecond, Tokens: 10, TokensPerMinute: 6000, Seed: 1})
@@ -74,7 +75,7 @@ func tokenExporters(t *testing.T, limiter string) (sim *gatewaysim.Gateway, post
 		procs = append(procs, runExporter(t, name, addr, fmt.Sprintf(`listen: %s
 limiter: %s
 upstreams: [{name: gw, base_url: "%s/v1"}]
-shared: {redis_url: "%s", process: %s, lease_ttl: 3s}
+shared: {redis_url: "%s", process: %s, lease_ttl: 5s}
 `, addr, limiter, gw.URL, r.URL(), name)))
 	}
 	return sim, func(i int) error {
