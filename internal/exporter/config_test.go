@@ -162,12 +162,33 @@ func FuzzParseConfig(f *testing.F) {
 }
 
 // A file the exporter accepts is one the library starts with: for the
-// sample files, the fuzz target's seeds and each of them with shared lanes
+// sample files (lanes.example.yaml, the Kubernetes ConfigMap's), the fuzz target's seeds and each of them with shared lanes
 // added, every configuration ParseConfig accepts makes a limiter (New) and
 // reloads (SetConfig) with the backend it asks for, a real
 // sharedlane.Backend on a redis-server with shared:, none without; and a
 // file refused for its limiter section is one the library refuses with
 // that backend.
+// configMapConfig returns the lanes.yaml of deploy/kubernetes's ConfigMap.
+func configMapConfig(t *testing.T) string {
+	f, err := os.Open(filepath.Join("..", "..", "deploy", "kubernetes", "lanes-exporter.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for d := yaml.NewDecoder(f); ; {
+		var doc struct {
+			Kind string
+			Data map[string]string
+		}
+		if err := d.Decode(&doc); err != nil {
+			t.Fatalf("no ConfigMap with a lanes.yaml in deploy/kubernetes/lanes-exporter.yaml: %v", err)
+		}
+		if doc.Kind == "ConfigMap" && doc.Data["lanes.yaml"] != "" {
+			return doc.Data["lanes.yaml"]
+		}
+	}
+}
+
 func TestAcceptedConfigsStart(t *testing.T) {
 	r := redistest.Start(t)
 	inputs := map[string]string{}
@@ -179,6 +200,7 @@ func TestAcceptedConfigsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	inputs["lanes.example.yaml"] = string(b)
+	inputs["the Kubernetes ConfigMap"] = configMapConfig(t)
 	for name, s := range maps.Clone(inputs) {
 		if c, err := ParseConfig("f.yaml", []byte(s)); err == nil && c.Shared == nil {
 			inputs[name+", shared"] = s + "\nshared: {redis_url: \"redis://127.0.0.1:1\"}\n"
