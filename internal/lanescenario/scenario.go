@@ -359,7 +359,7 @@ func (r *runner) limits(t *testing.T, td *datadriven.TestData) {
 	for _, a := range td.CmdArgs {
 		var b *limiter.ProviderBudget
 		switch a.Key {
-		case "id":
+		case "id", "differs":
 			continue
 		case "tokens":
 			b = &pl.Tokens
