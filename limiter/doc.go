@@ -91,8 +91,8 @@
 // replaces the estimate with what the call used, at once. A call estimated
 // above a whole budget is refused with a *TokenBudgetError. RecordLimits
 // reports what a provider's rate-limit headers said: the lane grants no
-// more than they say remains (less what it has granted since the provider
-// counted), refilling towards the limit until that bucket is whole, and a
+// more than they say remains (less the calls in flight that the
+// provider's count may not hold), refilling towards the limit until that bucket is whole, and a
 // 429's Retry-After holds its grants. Config.ColdStart makes a new lane
 // grant one call until it has heard from its gateway.
 // A lane whose calls carry estimates and no budget binds reads no clock

@@ -51,6 +51,11 @@ type slots struct {
 	// reserve caps them (see fitsLocked), not the total.
 	others int
 	free   []*hold // released holds, reused so that a grant allocates nothing
+	// held are the holds granted and not yet released, in no order (each
+	// knows its index), and seq counts the lane's grants and answers: a
+	// provider's count is judged by them (see RecordLimits).
+	held []*hold
+	seq  uint64
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
@@ -118,6 +123,11 @@ type hold struct {
 	// open is set when the call named no output bound: its completion
 	// teaches the lane's (see WithOpenOutput).
 	open bool
+	// idx is the hold's place in the lane's held; grant is the lane's seq
+	// at the grant, answered its seq when the call's answer reported the
+	// provider's headers (0: not yet).
+	idx             int
+	grant, answered uint64
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
@@ -291,6 +301,9 @@ func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold 
 		h = &hold{lane: l}
 	}
 	h.prio = p
+	l.slots.seq++
+	h.idx, h.grant, h.answered = len(l.slots.held), l.slots.seq, 0
+	l.slots.held = append(l.slots.held, h)
 	l.chargeLocked(cfg, t, h, cost)
 	if l.tok != nil {
 		l.takeTokensLocked(h, cost)
@@ -585,6 +598,10 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	if p != Interactive {
 		l.slots.others--
 	}
+	last := l.slots.held[len(l.slots.held)-1]
+	l.slots.held[h.idx], last.idx = last, h.idx
+	l.slots.held[len(l.slots.held)-1] = nil
+	l.slots.held = l.slots.held[:len(l.slots.held)-1]
 	l.slots.free = append(l.slots.free, h)
 	if l.q.n > 0 {
 		l.dispatchLocked(l.lim.clock.Now())

@@ -27,12 +27,14 @@ type ProviderLimits struct {
 	// most MaxRetryAfterHold).
 	RetryAfter time.Duration
 	// At is when the provider counted what remains: when the call whose
-	// answer carried the headers was sent (zero: now). The lane's grants
-	// since then are not in the count, and are taken from it.
+	// answer carried the headers was sent (zero: now). The budget refills
+	// from then, and is whole at At plus the reset.
 	At time.Time
-	// Slot is that call's slot, if known. With a Backend the report goes
-	// to its lease (a LimitsLease), which knows when it was granted on
-	// the store's clock; without one it is not needed.
+	// Slot is that call's slot, if known: the count holds that call, and
+	// the calls answered before it was granted (see RecordLimits); without
+	// it, every call holding a slot is taken as missing from the count.
+	// With a Backend the report goes to its lease (a LimitsLease), which
+	// judges the same on the store's grants.
 	Slot Slot
 }
 
@@ -66,7 +68,7 @@ func (tk *laneTokens) binds(cfg *Config) bool { return tk.Binds(cfg.budgeted()) 
 // Guarded by the lane's lock.
 type laneTokens struct {
 	// Budgets are the estimates in flight, the bucket, the provider's
-	// budgets, a 429's hold and the grants since a provider's count.
+	// budgets and a 429's hold.
 	budget.Budgets
 	// said is when the provider's headers last said anything (ns; 0:
 	// never).
@@ -251,7 +253,9 @@ func (l *lane) releaseTokensLocked(h *hold) {
 
 // RecordLimits reports what the rate-limit headers of an answer in lane key
 // said (see ProviderLimits). The lane grants no more than they say
-// remains, less what it has granted since, refilling towards the limit so
+// remains, less what its calls that the count may not hold are charged
+// (the calls holding slots, but pl.Slot's and those answered before it was
+// granted) and what it grants from then on, refilling towards the limit so
 // as to be whole at the reset they announce (and past it, until it is
 // whole), even with no budget configured; a RetryAfter holds its grants
 // until it has passed (at most MaxRetryAfterHold). Like RecordExchange it
@@ -284,7 +288,7 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	if !pl.At.IsZero() && pl.At.Before(now) {
 		at = ln.ns(pl.At)
 	}
-	tokens, calls := tk.GrantedSince(at)
+	tokens, calls := ln.missedLocked(pl.Slot)
 	if b := pl.Tokens; b.Known {
 		tk.Tokens = budget.Said(b.Limit, b.Remaining, b.Reset, at, tokens, cfg.providerWindow())
 	}
@@ -301,6 +305,39 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	if ln.q.n > 0 {
 		ln.dispatchLocked(now)
 	}
+}
+
+// missedLocked returns what the calls that a provider's count, carried by
+// the answer of s's call, may not hold are charged (their estimates, or
+// their use once settled), and how many they are; it marks s's call
+// answered. The count holds s's call, and every call whose own answer
+// reported the provider's headers before s's call was granted: that call
+// reached the provider before s's was even sent. Any other call holding a
+// slot may have reached it after s's (its process, the network or the
+// gateway slower for it), so it is counted again; erring that way costs
+// concurrency at the provider's edge until the next answers, where the
+// other way sends a call the provider has no room for, and its 429 holds
+// the whole lane. A call that has ended is taken as counted. Without s
+// (or once it is released), every holder is counted again.
+func (l *lane) missedLocked(s Slot) (tokens, calls float64) {
+	self := s.h
+	if self == nil || self.lane != l || self.gen != s.gen {
+		self = nil
+	}
+	mine := uint64(0)
+	if self != nil {
+		mine = self.grant
+		l.slots.seq++
+		self.answered = l.slots.seq
+	}
+	for _, h := range l.slots.held {
+		if h == self || (h.answered != 0 && h.answered < mine) {
+			continue
+		}
+		tokens += float64(h.cost)
+		calls++
+	}
+	return tokens, calls
 }
 
 // forgetProviderLocked forgets what the provider's headers said of the

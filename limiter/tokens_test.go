@@ -387,28 +387,49 @@ func TestTokensReloadUnderLoad(t *testing.T) {
 }
 
 // The provider counts what remains when a call arrives; its answer comes
-// later. The lane's grants since that count are not in it, and are taken
-// from it.
-func TestTokensProviderCountedEarlier(t *testing.T) {
+// later. The count holds the call that carried it, and every call answered
+// before that one was granted; any other call holding a slot may reach the
+// provider after it, and is counted again, at its estimate or, once
+// settled, its use. Without the reporting call's slot every holder is.
+// The count refills from the send time (At).
+func TestTokensProviderCount(t *testing.T) {
 	h := newHarness(t, cfgN(10))
-	h.take("L", "first", limiter.Default).Release()
 	ctx := context.Background()
-	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 1000, Reset: time.Minute}})
-	h.clock.Advance(time.Second)
-	a := h.takeCost("a", limiter.Default, 300)
-	// Counted at 0.5 s, before a was granted: 500 left then, 500 to refill
-	// in 30 s (1,000 a minute); a's 300 come off: 200 and 8 refilled.
-	h.lim.RecordLimits(ctx, "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 500, Reset: 30 * time.Second},
-		At: t0.Add(500 * time.Millisecond)})
-	if got := *h.lane("L").Tokens.Remaining; got != 208 {
-		t.Fatalf("remaining %d, want 208 (500 counted, less a's 300, and 0.5 s of refill)", got)
+	said := func(s *limiter.Slot, remaining int64, at time.Time) int64 {
+		t.Helper()
+		pl := limiter.ProviderLimits{At: at, Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: remaining, Reset: time.Minute}}
+		if s != nil {
+			pl.Slot = *s
+		}
+		h.lim.RecordLimits(ctx, "L", pl)
+		return *h.lane("L").Tokens.Remaining
 	}
-	h.queue(costing(250), "L", "b", limiter.Default)
-	h.clock.Advance(2400 * time.Millisecond) // 208.3 + 40
-	h.noneEnded()
-	h.clock.Advance(200 * time.Millisecond)
-	h.expectGrant("b").Release()
+	a := h.takeCost("a", limiter.Default, 100)
+	b := h.takeCost("b", limiter.Default, 200)
+	if got := said(a, 900, time.Time{}); got != 700 {
+		t.Fatalf("a's count: %d remain, want 700 (900, less b's 200: granted after a, not yet answered)", got)
+	}
+	if got := said(b, 700, time.Time{}); got != 600 {
+		t.Fatalf("b's count: %d remain, want 600 (700, less a's 100: answered after b was granted)", got)
+	}
+	c := h.takeCost("c", limiter.Default, 300)
+	granted := h.clock.Now()
+	h.clock.Advance(6 * time.Second)
+	// a and b answered before c was granted: c's count holds them. It was
+	// counted 6 s ago: 1,000 a minute, 100 refilled.
+	if got := said(c, 400, granted); got != 500 {
+		t.Fatalf("c's count: %d remain, want 500 (400 counted 6 s ago, nothing counted again)", got)
+	}
+	c.Settle(limiter.Usage{Prompt: 10, Completion: 40})
+	if got := said(nil, 1000, time.Time{}); got != 1000-100-200-50 {
+		t.Fatalf("a count of no known call: %d remain, want %d (every holder counted again, c at its use)", got, 1000-100-200-50)
+	}
+	b.Release()
+	if got := said(b, 1000, time.Time{}); got != 1000-100-50 {
+		t.Fatalf("a count of a released call: %d remain, want %d (every holder counted again)", got, 1000-100-50)
+	}
 	a.Release()
+	c.Release()
 }
 
 // Fair shares count tokens where calls carry estimates: of two tenants

@@ -3,13 +3,15 @@
 -- KEYS (one hash slot: every key carries the lane's {tag}):
 --   1 h   ZSET  holder id -> lease expiry (ms)
 --   2 hc  HASH  holder id -> "class|tenant|granted (ms)|charge|weight|estimate|cost|call|
---               grant|process|base|fresh": charge is its tenant's ('-': none; 't' first:
+--               grant|process|base|fresh|answered": charge is its tenant's ('-': none; 't' first:
 --               in tokens); estimate and cost are what the token budget was charged
 --               at the grant and now (0 without a budget); call is the call's
 --               estimate, its use once settled ('' if it carried none); grant is
 --               m's seq at its grant, so grants order as granted (see op limits); base is the
 --               estimate as its caller gave it, before a raise (see calibrate); fresh
---               is '1' if the grant was its tenant's first (see newcomer)
+--               is '1' if the grant was its tenant's first (see newcomer); answered
+--               is m's seq when its answer reported the provider's headers (see op
+--               limits; '' until then)
 --   3 qx  ZSET  waiter id -> lease expiry (ms)
 --   4 qc  HASH  waiter id -> "class|arrival|enqueued|tenant|weight|estimate|process|base"
 --   5-7 q0 q1 q2  ZSET  waiter id -> logical arrival (ms), one per class
@@ -354,7 +356,7 @@ local function adopt()
   local ti = 0
   local all = redis.call('HGETALL', HC)
   for i = 1, #all, 2 do
-    local f = fields(all[i + 1], 12)
+    local f = fields(all[i + 1], 13)
     local e = tonumber(f[8]) or 0
     f[6], f[7] = e, e
     ti = ti + e
@@ -404,7 +406,7 @@ local function unhold(id)
   redis.call('HDEL', HC, id)
   redis.call('HDEL', G, id)
   if v then
-    local f = fields(v, 12)
+    local f = fields(v, 13)
     local tenant, at, cf, w = f[2], tonumber(f[3]), f[4], tonumber(f[5])
     local est = tonumber(f[6]) or 0
     if est ~= 0 then wr('HINCRBYFLOAT', M, 'ti', -est) end
@@ -1019,7 +1021,7 @@ function ops.settle()
   local id, used = ARGV[A + 1], tonumber(ARGV[A + 2])
   local v = redis.call('HGET', HC, id)
   if not v then return 0 end
-  local f = fields(v, 12)
+  local f = fields(v, 13)
   -- No call costs more than a whole budget (the caller bounds the rest).
   local ceil = math.max(tpm, maxtok, pl)
   if ceil > 0 then used = math.min(used, ceil) end
@@ -1038,23 +1040,30 @@ function ops.limits()
   -- ARGV A+1 the id of the slot whose answer carried the headers, then for
   -- tokens (+2..+5) and requests (+6..+9): known (1 or 0), limit, remaining,
   -- reset (ms, at most the window); +10 a 429's Retry-After (ms, at most
-  -- 60 s; 0: none); +11 the provider's window (ms). The
-  -- provider counted when that call arrived: the grants after its own
-  -- (the holders' grant counts) are not in its count and are taken from
-  -- it. A call granted after it that has already ended is not known here:
-  -- the count is short by it until the next answer.
+  -- 60 s; 0: none); +11 the provider's window (ms). The provider counted
+  -- when that call arrived, as of its grant here. Its count holds that
+  -- call, and every call whose own answer was reported here before that
+  -- call was granted (it reached the provider before that one was sent);
+  -- every other holder may have reached it later, and is counted again at
+  -- its estimate (its use once settled), as in package limiter
+  -- (Limiter.RecordLimits says why). A call that has ended is taken as
+  -- counted. A slot not held any more is not known: every holder is
+  -- counted again.
   local id = ARGV[A + 1]
-  local at, mine = now, math.huge
+  local at, mine = now, 0
   local v = redis.call('HGET', HC, id)
   if v then
-    local f = fields(v, 12)
-    at, mine = math.min(now, tonumber(f[3])), tonumber(f[9]) or math.huge
+    local f = fields(v, 13)
+    at, mine = math.min(now, tonumber(f[3])), tonumber(f[9]) or 0
+    f[13] = wr('HINCRBY', M, 'seq', 1)
+    wr('HSET', HC, id, table.concat(f, '|'))
   end
   local toks, calls = 0, 0
   local all = redis.call('HGETALL', HC)
   for i = 1, #all, 2 do
-    local f = fields(all[i + 1], 12)
-    if (tonumber(f[9]) or 0) > mine then
+    local f = fields(all[i + 1], 13)
+    local answered = tonumber(f[13])
+    if all[i] ~= id and not (answered and answered < mine) then
       toks = toks + (tonumber(f[8]) or 0)
       calls = calls + 1
     end

@@ -95,7 +95,8 @@ func (l *lease) RecordLimits(pl limiter.ProviderLimits) {
 	}
 	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds(), window.Milliseconds())
 	if local := l.report("limits", args...); local != nil {
-		l.b.local.RecordLimits(context.Background(), local.Lane(), pl) // no Backend there: pl.Slot is not read
+		pl.Slot = *local // the fallback lane's own slot: its count holds this call
+		l.b.local.RecordLimits(context.Background(), local.Lane(), pl)
 	}
 }
 

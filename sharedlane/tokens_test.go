@@ -121,8 +121,9 @@ func TestSharedHeadLeaves(t *testing.T) {
 // with no budget configured, on a clock the test moves. Process a's call
 // of 600 is answered: 400 of 1,000 remain, reset in 36 s (1,000 a minute).
 // Its call of 300 then leaves 100. That call's answer says 100 remain, as
-// the provider counted when it arrived; b's call of 100, granted since, is
-// taken from it, so b's next call of 600 waits, with slots free, for all
+// the provider counted when it arrived; b's call of 100, not yet answered,
+// may have reached it later and is counted again (a's first call, answered
+// before that call was granted, is not), so b's next call of 600 waits, with slots free, for all
 // 600: 36 s. The snapshots of both processes say what the provider said. A
 // 429's Retry-After, reported by b, then holds a's interactive call for
 // its 5 s.

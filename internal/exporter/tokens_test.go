@@ -95,11 +95,14 @@ func TestProxyFollowsRateLimitHeaders(t *testing.T) {
 // minute is not sent blind: the lane sends one call, and its answer's
 // headers decide the rest. Three calls of 2,501 tokens at the gateway
 // (6,000 a minute) go as one, then one (3,499 remain), then the last once
-// the provider has refilled; the gateway answers no 429. On the fake
-// clock, which the gateway's bucket reads too.
+// the provider has refilled; the gateway answers no 429. Each writes all
+// of its max_tokens, so that the gateway gives nothing back when one ends
+// and what the second call's answer says does not hang on whether the
+// first had ended when the second arrived. On the fake clock, which the
+// gateway's bucket reads too.
 func TestProxyColdStart(t *testing.T) {
 	clock := limitertest.NewClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
-	srv, sim, _, front := tokenProxy(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 20, TokensPerMinute: 6000, Seed: 1}, "{max_inflight: 4, cold_start: true}")
+	srv, sim, _, front := tokenProxy(t, clock, gatewaysim.Config{Capacity: 100, Tokens: 2500, TokensPerMinute: 6000, Seed: 1}, "{max_inflight: 4, cold_start: true}")
 	url := front + "/proxy/gw/chat/completions"
 
 	done := make(chan string, 3)

@@ -88,6 +88,7 @@ type call struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	slot    limiter.Slot
+	granted time.Time // when it was granted, on the clock: its send time for limits
 	err     error
 	state   callState
 	// reported is set once the output has said what became of the call
@@ -355,7 +356,7 @@ func (r *runner) advance(t *testing.T, d time.Duration) {
 
 func (r *runner) limits(t *testing.T, td *datadriven.TestData) {
 	c := r.holder(t, td)
-	pl := limiter.ProviderLimits{Slot: c.slot}
+	pl := limiter.ProviderLimits{Slot: c.slot, At: c.granted} // sent at once, as lanehttp's Transport does
 	for _, a := range td.CmdArgs {
 		var b *limiter.ProviderBudget
 		switch a.Key {
@@ -405,7 +406,7 @@ func (r *runner) settle(t *testing.T) {
 				case <-c.done:
 					c.state = ended
 					if c.err == nil {
-						c.state = holding
+						c.state, c.granted = holding, r.clock.Now()
 					}
 					c.reported = false
 				default:

@@ -408,7 +408,7 @@ estimate, at least the gateway's reservation, when it grants a call, and settles
 usage when the call ends), so the gateway answers no 429 and the queue, not the SDK's retry
 loop, holds what does not fit: the calls that wait longest reach the queue timeout, fast and
 marked not to be retried. Following the headers alone, the lane keeps within what they say
-remains, less what it has granted since the provider counted, and past the reset they
+remains, less the calls in flight that the provider's count may not hold, and past the reset they
 announce it goes on refilling the provider's bucket as they described it until it is whole.
 Before the first answer it knows nothing: with the defaults, the calls sent at once at the
 start go blind, and those that do not fit are answered 429 (here %d of them, %d after the

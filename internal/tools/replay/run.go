@@ -316,7 +316,7 @@ func (s *sim) send(c *call, lim *limiter.Limiter, slot limiter.Slot) {
 	// limits is what the answer's rate-limit headers say, as the gateway
 	// counted when the call arrived (lanehttp.RateLimits).
 	limits := func(retryAfter time.Duration) limiter.ProviderLimits {
-		return limiter.ProviderLimits{At: e.t0.Add(sent), RetryAfter: retryAfter, Tokens: limiter.ProviderBudget{
+		return limiter.ProviderLimits{At: e.t0.Add(sent), Slot: slot, RetryAfter: retryAfter, Tokens: limiter.ProviderBudget{
 			Known: true, Limit: s.o.TokensPerMinute, Remaining: x.remaining, Reset: x.reset}}
 	}
 	end := func(out limiter.Outcome, code int, reason string) {

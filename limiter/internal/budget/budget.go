@@ -1,8 +1,8 @@
 // Package budget keeps a lane's token budgets: its own tokens_per_minute
 // (Bucket), the provider's budgets as its rate-limit headers last said
-// them (Mirror), a 429's hold, the estimates of the calls in flight, and
-// the grants made since a provider's count. Times are nanoseconds since
-// the limiter's origin; the caller holds the lane's lock.
+// them (Mirror), a 429's hold and the estimates of the calls in flight.
+// Times are nanoseconds since the limiter's origin; the caller holds the
+// lane's lock.
 //
 // Budgets.Fits is pure: the snapshot asks it what a call would wait for
 // without changing anything. A grant brings the budgets to its time
@@ -65,11 +65,12 @@ type Mirror struct {
 }
 
 // Said makes the budget what the headers said as counted at at: limit
-// (0: not said) and remaining, whole again after reset, less since (what
-// the lane granted after at). window is the provider's.
-func Said(limit, remaining int64, reset time.Duration, at int64, since float64, window time.Duration) Mirror {
+// (0: not said) and remaining, whole again after reset, less missed (what
+// the lane's calls that the count may not hold are charged: see
+// limiter.Limiter.RecordLimits). window is the provider's.
+func Said(limit, remaining int64, reset time.Duration, at int64, missed float64, window time.Duration) Mirror {
 	m := Mirror{On: true, Limit: float64(limit), At: at, Until: at + int64(reset)}
-	m.Level = max(-m.Limit, float64(remaining)-since)
+	m.Level = max(-m.Limit, float64(remaining)-missed)
 	if limit > 0 {
 		m.Rate = m.Limit / float64(window)
 		if limit > remaining && reset > 0 {
@@ -139,11 +140,6 @@ const (
 	RetryAfter               // a 429's Retry-After holds the lane
 )
 
-// recentGrants is how many grants a lane remembers for the provider's
-// counts: more than are granted while one answer's headers are on their
-// way, at any rate a provider's budget allows.
-const recentGrants = 64
-
 // Budgets are what may hold a lane's grants back for tokens.
 type Budgets struct {
 	Inflight int64 // the estimates of the calls holding slots
@@ -155,10 +151,6 @@ type Budgets struct {
 	// At is the time of the last Advance: a grant follows it at once,
 	// under the same lock, and is charged then.
 	At int64
-	// recent are the last grants (when, estimate), a ring, so that a
-	// provider's count made at some moment can be brought up to now.
-	recent [recentGrants]struct{ at, est int64 }
-	next   int
 }
 
 // Binds reports whether anything may hold a grant back, a budget of the
@@ -217,24 +209,4 @@ func (b *Budgets) Take(cost int64) {
 	}
 	b.Tokens.Take(float64(cost), b.At)
 	b.Requests.Take(1, b.At)
-	if b.Tokens.On || b.Requests.On {
-		// Remembered only while the provider's word is kept, when At is
-		// this grant's time.
-		b.recent[b.next] = struct{ at, est int64 }{b.At, cost}
-		b.next = (b.next + 1) % recentGrants
-	}
-}
-
-// GrantedSince returns the estimates and the number of the grants at or
-// after at that the budgets remember. At, not only after: the calls of
-// one dispatch share its time, and the call that carried the count was
-// sent after its own grant.
-func (b *Budgets) GrantedSince(at int64) (tokens, calls float64) {
-	for _, g := range b.recent {
-		if g.at >= at {
-			tokens += float64(g.est)
-			calls++
-		}
-	}
-	return tokens, calls
 }

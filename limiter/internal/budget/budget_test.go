@@ -108,19 +108,3 @@ func TestMirrorStopsForGood(t *testing.T) {
 		}
 	})
 }
-
-// GrantedSince counts the grants at or after a time, while the provider's
-// word is kept.
-func TestGrantedSince(t *testing.T) {
-	b := &Budgets{Tokens: Said(1000, 1000, time.Minute, 0, 0, time.Minute)}
-	for i, at := range []int64{10, 20, 20, 30} {
-		b.Advance(at)
-		b.Take(int64(100 * (i + 1)))
-	}
-	if tok, calls := b.GrantedSince(20); tok != 200+300+400 || calls != 3 {
-		t.Fatalf("since 20: %v tokens in %v calls, want 900 in 3", tok, calls)
-	}
-	if tok, calls := b.GrantedSince(31); tok != 0 || calls != 0 {
-		t.Fatalf("since 31: %v tokens in %v calls, want none", tok, calls)
-	}
-}
