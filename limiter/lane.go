@@ -53,7 +53,10 @@ type slots struct {
 	free   []*hold // released holds, reused so that a grant allocates nothing
 	// held are the holds granted and not yet released, in no order (each
 	// knows its index), and seq counts the lane's grants and answers: a
-	// provider's count is judged by them (see RecordLimits).
+	// provider's count is judged by them (see missedLocked). The list is
+	// kept only while the lane has token accounting (tok), so that a lane
+	// that never hears from its provider pays nothing for it; a hold
+	// granted before then is listed when its own answer reports.
 	held []*hold
 	seq  uint64
 	// waiting counts, by class, this process's calls waiting in a Backend's
@@ -123,9 +126,9 @@ type hold struct {
 	// open is set when the call named no output bound: its completion
 	// teaches the lane's (see WithOpenOutput).
 	open bool
-	// idx is the hold's place in the lane's held; grant is the lane's seq
-	// at the grant, answered its seq when the call's answer reported the
-	// provider's headers (0: not yet).
+	// idx is the hold's place in the lane's held (-1: not listed); grant
+	// is the lane's seq when it was listed, answered its seq when the
+	// call's answer reported the provider's headers (0: not yet).
 	idx             int
 	grant, answered uint64
 }
@@ -301,14 +304,30 @@ func (l *lane) takeLocked(cfg *Config, p Priority, t *tenant, cost int64) *hold 
 		h = &hold{lane: l}
 	}
 	h.prio = p
-	l.slots.seq++
-	h.idx, h.grant, h.answered = len(l.slots.held), l.slots.seq, 0
-	l.slots.held = append(l.slots.held, h)
+	h.idx, h.answered = -1, 0
 	l.chargeLocked(cfg, t, h, cost)
 	if l.tok != nil {
+		l.listLocked(h)
 		l.takeTokensLocked(h, cost)
 	}
 	return h
+}
+
+// listLocked adds h to the lane's held, granted now.
+func (l *lane) listLocked(h *hold) {
+	l.slots.seq++
+	h.idx, h.grant = len(l.slots.held), l.slots.seq
+	l.slots.held = append(l.slots.held, h)
+}
+
+// unlistLocked takes h, which is listed, out of the lane's held.
+func (l *lane) unlistLocked(h *hold) {
+	n := len(l.slots.held) - 1
+	last := l.slots.held[n]
+	l.slots.held[h.idx], last.idx = last, h.idx
+	l.slots.held[n] = nil
+	l.slots.held = l.slots.held[:n]
+	h.idx = -1
 }
 
 // enqueueLocked queues w, whose wait ends at the latest timeout after
@@ -598,10 +617,9 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	if p != Interactive {
 		l.slots.others--
 	}
-	last := l.slots.held[len(l.slots.held)-1]
-	l.slots.held[h.idx], last.idx = last, h.idx
-	l.slots.held[len(l.slots.held)-1] = nil
-	l.slots.held = l.slots.held[:len(l.slots.held)-1]
+	if h.idx >= 0 {
+		l.unlistLocked(h)
+	}
 	l.slots.free = append(l.slots.free, h)
 	if l.q.n > 0 {
 		l.dispatchLocked(l.lim.clock.Now())

@@ -326,6 +326,12 @@ func (l *lane) missedLocked(s Slot) (tokens, calls float64) {
 	}
 	mine := uint64(0)
 	if self != nil {
+		if self.idx < 0 {
+			// Granted before the lane kept its list, so before every
+			// call listed: none of them answered before its grant.
+			l.listLocked(self)
+			self.grant = 0
+		}
 		mine = self.grant
 		l.slots.seq++
 		self.answered = l.slots.seq
@@ -337,6 +343,9 @@ func (l *lane) missedLocked(s Slot) (tokens, calls float64) {
 		tokens += float64(h.cost)
 		calls++
 	}
+	// The holders not listed were granted before the lane kept its list,
+	// and have not reported since: they were charged no tokens.
+	calls += float64(l.slots.inflight - len(l.slots.held))
 	return tokens, calls
 }
 

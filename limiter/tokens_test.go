@@ -432,6 +432,39 @@ func TestTokensProviderCount(t *testing.T) {
 	c.Release()
 }
 
+// Calls that carry no estimate, on a lane with no budget, are granted
+// before the lane keeps any token accounting; the provider's request count
+// must still count them again, and a call granted before the first answer
+// must count every later answer (none came before its grant).
+func TestTokensProviderCountBeforeAccounting(t *testing.T) {
+	h := newHarness(t, cfgN(10))
+	ctx := context.Background()
+	said := func(s *limiter.Slot, remaining int64) int64 {
+		t.Helper()
+		h.lim.RecordLimits(ctx, "M", limiter.ProviderLimits{Slot: *s, Requests: limiter.ProviderBudget{Known: true, Limit: 100, Remaining: remaining, Reset: time.Minute}})
+		p := h.lane("M").Tokens.Provider
+		if p == nil || p.Requests == nil {
+			t.Fatal("no provider request budget in the snapshot")
+		}
+		return p.Requests.Remaining
+	}
+	x := h.take("M", "x", limiter.Default)
+	y := h.take("M", "y", limiter.Default)
+	if got := said(x, 50); got != 49 {
+		t.Fatalf("x's count: %d remain, want 49 (50, less y: granted after x, not yet answered)", got)
+	}
+	z := h.take("M", "z", limiter.Default)
+	if got := said(y, 40); got != 38 {
+		t.Fatalf("y's count: %d remain, want 38 (40, less x, answered after y was granted, and z)", got)
+	}
+	if got := said(z, 30); got != 29 {
+		t.Fatalf("z's count: %d remain, want 29 (30, less y: answered after z was granted; x answered before)", got)
+	}
+	x.Release()
+	y.Release()
+	z.Release()
+}
+
 // Fair shares count tokens where calls carry estimates: of two tenants
 // backlogged in one class, one whose calls cost 4,000 tokens and one whose
 // calls cost 1,000, each gets the same tokens, so the second about four
