@@ -43,8 +43,9 @@
 --               when it stops binding: at most two provider windows after it was said
 -- Keys made from these (the same {tag}, so the same slot): q<c>@ SET of the tenants
 -- waiting in class c; q<c>@@ ZSET of the same tenants by their service (v:), so that
--- the least served is found in O(log tenants) (see firstIn); q<c>@NAME ZSET of tenant
--- NAME's waiters of class c, as q<c>.
+-- the least served is found in O(log tenants) (see firstIn); q<c>@@@ ZSET of the same
+-- tenants by their first waiter's arrival, so that tied tenants are ordered in one
+-- call (see firstTied); q<c>@NAME ZSET of tenant NAME's waiters of class c, as q<c>.
 -- Tenant names never hold '@'.
 -- ARGV: op, channel, tag, ttl (ms), limit, reserve, aging step (ms), cap per tenant
 -- (0: none), the time (ms; '' for Redis' own, always but in tests), tokens per
@@ -197,6 +198,7 @@ end
 
 local function tq(c, tenant) return Q[c + 1] .. '@' .. tenant end
 local function byService(c) return Q[c + 1] .. '@@' end -- see firstIn
+local function byHead(c) return Q[c + 1] .. '@@@' end -- see firstTied
 
 -- reorder moves tenant to its new service vs (a string, as written to v:)
 -- in the classes it waits in.
@@ -387,9 +389,13 @@ local function unqueue(id)
   local c, tenant = tonumber(f[1]), f[4]
   redis.call('ZREM', Q[c + 1], id)
   redis.call('ZREM', tq(c, tenant), id)
-  if redis.call('ZCARD', tq(c, tenant)) == 0 then
+  local h = redis.call('ZRANGE', tq(c, tenant), 0, 0, 'WITHSCORES')
+  if #h == 0 then
     redis.call('SREM', Q[c + 1] .. '@', tenant)
     redis.call('ZREM', byService(c), tenant)
+    redis.call('ZREM', byHead(c), tenant)
+  else
+    wr('ZADD', byHead(c), h[2], tenant)
   end
   redis.call('ZREM', QX, id)
   redis.call('HDEL', QC, id)
@@ -522,12 +528,39 @@ local function served(a, b)
   return older(a, b)
 end
 
+-- firstTied returns the oldest head of the tenants tied (at least two),
+-- by arrival, then id (older). Their heads' arrivals are read in one call
+-- from q<c>@@@, and only the heads that arrived first are read: equal
+-- charges leave many tenants tied, and reading each head would cost a call
+-- a tenant. A tenant missing there (a lane kept from before q<c>@@@) has
+-- every head read.
+local function firstTied(c, tied)
+  local at, first = redis.call('ZMSCORE', byHead(c), unpack(tied)), {}
+  local least
+  for i, a in ipairs(at) do
+    if not a then
+      first = tied
+      break
+    end
+    a = tonumber(a)
+    if least == nil or a < least then least, first = a, {} end
+    if a == least then first[#first + 1] = tied[i] end
+  end
+  local best
+  for _, tenant in ipairs(first) do
+    local h = head(c, tenant)
+    if h and (not best or older(h, best)) then best = h end
+  end
+  return best
+end
+
 -- firstIn returns the waiter served first in class c (steps 2 and 3),
 -- with its tenant's service and pending charges, or nil. The class's
 -- tenants are read in order of service from q<c>@@, a few at a time: the
 -- first not at its cap (nor set aside) has the least service, and those
 -- tied with it have their heads read, to break the tie by arrival.
--- O(log tenants) per grant but for ties and tenants at their cap.
+-- O(log tenants) per grant but for tenants at their cap, and ties: the
+-- tied have their heads' arrivals read at once (firstTied).
 local function firstIn(c)
   local key = byService(c)
   local least, tied = nil, {}
@@ -551,14 +584,11 @@ local function firstIn(c)
     from = from + 16
   end
   local best
-  for _, tenant in ipairs(tied) do
-    local h = head(c, tenant)
-    if h then
-      h.vs = least
-      if best == nil or older(h, best) then best = h end -- tied: by arrival
-    end
+  if #tied == 1 then best = head(c, tied[1]) elseif #tied > 1 then best = firstTied(c, tied) end
+  if best then
+    best.vs = least
+    best.pending = num('p:' .. best.tenant, 0)
   end
-  if best then best.pending = num('p:' .. best.tenant, 0) end
   return best
 end
 
@@ -894,6 +924,7 @@ function ops.acquire()
     end
     wr('ZADD', Q[c + 1], at, id)
     wr('ZADD', tq(c, tenant), at, id)
+    wr('ZADD', byHead(c), 'LT', at, tenant)
     nq = queued() + 1
     wr('ZADD', QX, now + ttl, id)
     leased(now + ttl)
@@ -1252,6 +1283,7 @@ local function expire()
       for c = 0, 2 do
         redis.call('PEXPIRE', Q[c + 1] .. '@', ttl * 4)
         redis.call('PEXPIRE', byService(c), ttl * 4)
+        redis.call('PEXPIRE', byHead(c), ttl * 4)
         for _, tenant in ipairs(redis.call('SMEMBERS', Q[c + 1] .. '@')) do redis.call('PEXPIRE', tq(c, tenant), ttl * 4) end
       end
     end
