@@ -3,6 +3,8 @@ package lanehttp
 import (
 	"context"
 	"io"
+	"net"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +59,22 @@ type exchange struct {
 	// to stop the goroutine that watches for that; lost is set when it was.
 	over chan struct{}
 	lost atomic.Bool
+
+	// conn is the HTTP/1 connection the request went out on (from the
+	// trace's GotConn; guarded by mu), and eof is set when the body reached
+	// its end: an exchange that ends before it closes conn itself, since
+	// net/http closes an abandoned connection later, on its own goroutine.
+	conn  net.Conn
+	http1 bool // the response came over HTTP/1: conn is this exchange's alone
+	eof   atomic.Bool
+}
+
+// gotConn is the request's httptrace.ClientTrace.GotConn: it keeps the
+// connection (the last one, should net/http retry on another).
+func (x *exchange) gotConn(info httptrace.GotConnInfo) {
+	x.mu.Lock()
+	x.conn = info.Conn
+	x.mu.Unlock()
 }
 
 func (x *exchange) Read(p []byte) (int, error) {
@@ -77,6 +95,7 @@ func (x *exchange) Read(p []byte) (int, error) {
 	switch {
 	case err == nil:
 	case err == io.EOF:
+		x.eof.Store(true)
 		x.finish(x.statusOutcome())
 	case x.lost.Load():
 		err = &lostError{lane: x.lane}
@@ -173,7 +192,15 @@ func (x *exchange) finish(o limiter.Outcome) {
 	}
 	// The upstream request is ended before its slot is given back, so
 	// that the gateway hears of the end before the next call can reach it.
+	// Canceling is not enough for that: net/http closes the connection of
+	// a canceled or abandoned HTTP/1 exchange on its read loop's goroutine,
+	// which may run after the next call has been granted. So an exchange
+	// that did not reach its end closes the connection here. (An HTTP/2
+	// connection carries other calls: its stream is reset by the cancel.)
 	x.cancel()
+	if x.conn != nil && x.http1 && !x.eof.Load() {
+		x.conn.Close()
+	}
 	x.scanMu.Lock()
 	used, fromUsage := x.scan.settle(x.est, x.status, x.stream)
 	chunks := x.scan.events

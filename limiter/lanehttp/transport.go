@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -378,18 +379,15 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body),
 		est: a.est, scan: newUsageScan(), call: limiter.ExchangeCall{Began: a.began, Path: req.URL.Path}}
 	x.retry = at.retry // recognised from this transport's memory, never from what the client claims
-	out := req
+	// The trace learns the connection, for finish to close (see there).
+	upCtx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: x.gotConn})
 	lost := slot.Lost()
 	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 || lost != nil {
 		// The guards end a stalled exchange by canceling its request, and
 		// so does the loss of a shared slot.
-		var upCtx context.Context
-		upCtx, x.cancel = context.WithCancel(req.Context())
-		out = req.WithContext(upCtx)
-	} else {
-		out = new(http.Request)
-		*out = *req // a RoundTripper must not modify the caller's request
+		upCtx, x.cancel = context.WithCancel(upCtx)
 	}
+	out := req.WithContext(upCtx) // a copy: a RoundTripper must not modify the caller's request
 	// A NopCloser around a bytes.Reader is a body net/http knows is in
 	// memory: it writes the headers and the body in one write (one
 	// segment), where for any other body it flushes the headers first.
@@ -417,6 +415,9 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 		headerTimer = clock.AfterFunc(d, x.guard)
 	}
 	res, err := base.RoundTrip(out)
+	if res != nil {
+		x.http1 = res.ProtoMajor == 1
+	}
 	if headerTimer != nil && !headerTimer.Stop() {
 		// It fired: the headers were late, whatever RoundTrip returned.
 		if res != nil {
