@@ -24,9 +24,16 @@ import (
 // limiter.New with limiter.WithBackend, and Close it after the limiter's
 // last call.
 type Backend struct {
-	cfg       Config
-	url       *url.URL // for redacting its password from errors
-	rdb       redis.UniversalClient
+	cfg Config
+	url *url.URL // for redacting its password from errors
+	rdb redis.UniversalClient
+	// ctl is the renewal loop's own connection (one per node), for the
+	// renewals and the pings that bring Redis back into use. They decide
+	// whether a slot is still held and whether Redis is down, so they must
+	// not queue behind this process's own calls: 3,000 callers giving up at
+	// once kept rdb's pool busy for longer than a renewal may take, and a
+	// renewal that timed out in the queue took Redis for down.
+	ctl       redis.UniversalClient
 	eng       *engine
 	channel   string
 	suffix    string // this process's random part of every id it asks for
@@ -82,14 +89,15 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("sharedlane: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	rdb, err := newClient(cfg.URL, cfg.TLSCAFile)
+	rdb, err := newClient(cfg.URL, cfg.TLSCAFile, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sharedlane: %w", err)
 	}
+	ctl, _ := newClient(cfg.URL, cfg.TLSCAFile, 1) // the same URL: no new error
 	var suffix [4]byte
 	rand.Read(suffix[:])
 	u, _ := url.Parse(cfg.URL)
-	b := &Backend{cfg: cfg, url: u, rdb: rdb, eng: newEngine(cfg.Log), channel: cfg.KeyPrefix + ":grants",
+	b := &Backend{cfg: cfg, url: u, rdb: rdb, ctl: ctl, eng: newEngine(cfg.Log), channel: cfg.KeyPrefix + ":grants",
 		suffix: hex.EncodeToString(suffix[:]), log: cfg.Log, stop: make(chan struct{}),
 		waiters: map[string]*waiter{}, leases: map[string]*lease{}, fallbacks: map[*lease]bool{}, downCh: make(chan struct{}), upCh: make(chan struct{})}
 	if cfg.OnRedisDown == OnDownLocal {
@@ -125,7 +133,7 @@ func (b *Backend) close() error {
 	if b.local != nil {
 		b.local.Shutdown()
 	}
-	return b.rdb.Close()
+	return errors.Join(b.rdb.Close(), b.ctl.Close())
 }
 
 // Process returns the name this process goes by in the lanes' holders.
@@ -219,11 +227,23 @@ func (b *Backend) appendArgv(dst []any, lk *laneKeys, op string, args ...any) []
 
 // run runs one op of lane.lua for lane lk, under the lane's settings.
 func (b *Backend) run(ctx context.Context, lk *laneKeys, op string, args ...any) (any, error) {
-	v, err := b.eng.run(ctx, b.rdb, lk.keys, func(fn any) []any { return b.fcall(fn, lk, op, args...) }).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+	return b.runOn(ctx, b.rdb, lk, op, args...)
+}
+
+// runOn runs op on client c. A pool with no connection free in time
+// (redis.ErrPoolTimeout) is this process's own congestion, not Redis
+// down: the op waits on for a connection for as long as ctx lasts.
+func (b *Backend) runOn(ctx context.Context, c redis.UniversalClient, lk *laneKeys, op string, args ...any) (any, error) {
+	for {
+		v, err := b.eng.run(ctx, c, lk.keys, func(fn any) []any { return b.fcall(fn, lk, op, args...) }).Result()
+		switch {
+		case errors.Is(err, redis.ErrPoolTimeout) && ctx.Err() == nil:
+			continue
+		case errors.Is(err, redis.Nil):
+			return nil, nil
+		}
+		return v, err
 	}
-	return v, err
 }
 
 // states runs lane.lua's state op for every lane of lks in one pipeline:

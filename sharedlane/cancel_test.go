@@ -140,7 +140,7 @@ func TestMassCancel(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("a canceled call returned %v", err)
+			t.Fatalf("a canceled call returned %v; the process's log:\n%s", err, log.String())
 		}
 	}
 	if isDown, _ := p.b.down(); isDown || strings.Contains(log.String(), "unreachable") {

@@ -112,7 +112,7 @@ func (c Config) withDefaults() Config {
 // form, not that Redis answers.
 func (c Config) Validate() error {
 	var errs []error
-	if rdb, err := newClient(c.URL, c.TLSCAFile); err != nil {
+	if rdb, err := newClient(c.URL, c.TLSCAFile, 0); err != nil {
 		errs = append(errs, err)
 	} else {
 		rdb.Close() // made only to check the URL; it has not connected
@@ -141,8 +141,10 @@ func (c Config) Validate() error {
 // newClient makes the go-redis client that URL names: Sentinel with
 // master_name, a Cluster with addr or cluster=true, else a single node;
 // with rediss://, TLS verified against caFile's certificates if given (the
-// system's otherwise). Its errors never repeat the URL's password.
-func newClient(raw, caFile string) (redis.UniversalClient, error) {
+// system's otherwise). pool, if above 0, is its pool of connections (per
+// node, for a Cluster) instead of the URL's. Its errors never repeat the
+// URL's password.
+func newClient(raw, caFile string, pool int) (redis.UniversalClient, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 		return nil, fmt.Errorf("redis_url %q: want redis://host:port or rediss://host:port", Redact(raw))
@@ -172,6 +174,9 @@ func newClient(raw, caFile string) (redis.UniversalClient, error) {
 		}
 		withCA(o.TLSConfig)
 		o.ContextTimeoutEnabled = true
+		if pool > 0 {
+			o.PoolSize = pool
+		}
 		return redis.NewFailoverClient(o), nil
 	case q.Has("addr") || q.Get("cluster") == "true":
 		q.Del("cluster")
@@ -183,6 +188,9 @@ func newClient(raw, caFile string) (redis.UniversalClient, error) {
 		withCA(o.TLSConfig)
 		o.MaintNotificationsConfig = noMaint()
 		o.ContextTimeoutEnabled = true
+		if pool > 0 {
+			o.PoolSize = pool
+		}
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(raw)
@@ -192,6 +200,9 @@ func newClient(raw, caFile string) (redis.UniversalClient, error) {
 	withCA(o.TLSConfig)
 	o.MaintNotificationsConfig = noMaint()
 	o.ContextTimeoutEnabled = true // a deadline bounds a command's wait for Redis, not only its read timeout
+	if pool > 0 {
+		o.PoolSize = pool
+	}
 	return redis.NewClient(o), nil
 }
 

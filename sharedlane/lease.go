@@ -273,7 +273,7 @@ func (b *Backend) renew() bool {
 		}
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), b.renewEvery())
-		v, err := b.run(ctx, lk, "renew", args...)
+		v, err := b.runOn(ctx, b.ctl, lk, "renew", args...)
 		cancel()
 		if err != nil {
 			if !isScriptError(err) {
@@ -355,7 +355,7 @@ func (b *Backend) reclaim(l *lease) {
 func (b *Backend) tryRecover() {
 	ctx, cancel := context.WithTimeout(context.Background(), b.step())
 	defer cancel()
-	if err := b.rdb.Ping(ctx).Err(); err != nil {
+	if err := b.ctl.Ping(ctx).Err(); err != nil {
 		b.mu.Lock()
 		b.upAt = time.Time{}
 		b.mu.Unlock()

@@ -266,6 +266,13 @@ func (p *exporterProc) call(prio string, cancelAfter time.Duration) (outcome, er
 }
 
 // snapshot reads p's snapshot.
+// logged reports whether p's log so far has s in it.
+func (p *exporterProc) logged(s string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Contains(p.out.String(), s)
+}
+
 func (p *exporterProc) snapshot(t *testing.T) map[string]any {
 	res, err := http.Get("http://" + p.addr + "/api/telemetry/llm-lanes")
 	if err != nil {
@@ -289,7 +296,7 @@ func TestThreeProcessesOneLane(t *testing.T) {
 	t.Parallel()
 	processesAlone(t)
 	r := startRedis(t)
-	threeProcesses(t, r.URL(), func() { r.WaitUptime(2 * time.Second) }, func() { noResidue(t, r) })
+	threeProcesses(t, r.URL(), func() { r.WaitUptime(threeLeaseTTL + time.Second) }, func() { noResidueWithin(t, r, 4*threeLeaseTTL+5*time.Second) })
 }
 
 // 5. The same on a Redis Cluster of three masters, made by the test.
@@ -299,22 +306,32 @@ func TestThreeProcessesOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	quiet := func() {
 		for _, n := range c.Nodes {
-			n.WaitUptime(2 * time.Second)
+			n.WaitUptime(threeLeaseTTL + time.Second)
 		}
 	}
 	threeProcesses(t, c.URL(), quiet, func() {
 		for _, n := range c.Nodes {
-			noResidue(t, n)
+			noResidueWithin(t, n, 4*threeLeaseTTL+5*time.Second)
 		}
 	})
 }
 
+// threeLeaseTTL is the three processes' lease_ttl: 3 s, not the 1 s of the
+// other process tests, which wait out leases. A renewal may take up to
+// lease_ttl/6 before a process takes Redis for down and runs its fallback
+// lane beside the shared one (by design; then more than the lane's 4 reach
+// the gateway), and under make stress, at 1 s, the three-node Cluster's
+// test saw peaks of 5 and 6.
+const threeLeaseTTL = 3 * time.Second
+
+// threeProcesses runs the three processes' load on Redis at url; settled
+// waits until Redis has been up for a lease TTL, clean checks what is left.
 func threeProcesses(t *testing.T, url string, settled, clean func()) {
 	gw := newGateway(t, gatewaysim.Config{Capacity: 100, TokenTime: 2 * time.Millisecond, Tokens: 10,
 		FirstTokenDelay: time.Millisecond, PropagateDisconnect: true, Seed: 1})
 	var procs []*exporterProc
 	for _, name := range []string{"p1", "p2", "p3"} {
-		procs = append(procs, startExporter(t, gw.URL, url, name, 4, ""))
+		procs = append(procs, startExporter(t, gw.URL, url, name, 4, fmt.Sprintf(", lease_ttl: %s", threeLeaseTTL)))
 	}
 	settled()
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -357,6 +374,11 @@ func threeProcesses(t *testing.T, url string, settled, clean func()) {
 		t.Fatalf("outcomes %v", count)
 	}
 	if peak > 4 {
+		for _, p := range procs {
+			if p.logged("unreachable") {
+				t.Errorf("a process took Redis for down (its log, below, says why) and ran its fallback lane beside the shared one")
+			}
+		}
 		t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", peak)
 	}
 	for _, p := range procs {

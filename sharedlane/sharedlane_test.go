@@ -166,7 +166,14 @@ func TestTwoProcessesShareOneLimit(t *testing.T) {
 // outlives the lane by 4 leases).
 func noResidue(t *testing.T, r *redistest.Server) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	noResidueWithin(t, r, 10*time.Second)
+}
+
+// noResidueWithin is noResidue, waiting up to d for the keys to expire
+// (four lease TTLs after the lane's last op).
+func noResidueWithin(t *testing.T, r *redistest.Server, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
 		keys := r.Keys()
 		if len(keys) == 0 {
 			return
