@@ -95,3 +95,26 @@ func LaneQueue(lim *Limiter, key string) ([]QueuedCall, map[string]float64) {
 	}
 	return out, service
 }
+
+// OneLane returns the key of the lane the limiter finds without its table
+// (Limiter.one), "" when none.
+func OneLane(l *Limiter) string {
+	if ln := l.one.Load(); ln != nil {
+		return ln.key
+	}
+	return ""
+}
+
+// LaneOf returns lane key, opaque, or nil; SlotLane returns the lane of s.
+func LaneOf(l *Limiter, key string) any {
+	if v, ok := l.lanes.Load(key); ok {
+		return v
+	}
+	return nil
+}
+
+func SlotLane(s Slot) any { return s.h.lane }
+
+// SetOne makes lane ln (from LaneOf) the one found without the table, as a
+// lookup that found it just before its eviction may.
+func SetOne(l *Limiter, ln any) { l.one.Store(ln.(*lane)) }

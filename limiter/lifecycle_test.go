@@ -183,3 +183,48 @@ func TestShutdown(t *testing.T) {
 		t.Fatalf("%d Refused events, want 5", n)
 	}
 }
+
+// A lane evicted is never found again through the limiter's one-lane
+// shortcut (Limiter.one), even when a lookup that found it just before its
+// eviction sets it there afterwards (made here by hand): the next call on
+// its key makes the lane again, and the lane made again is the one its
+// limit and its snapshot count.
+func TestEvictedLaneIsNotFoundAgain(t *testing.T) {
+	cfg := cfgN(1)
+	cfg.LaneIdleTTL = 10 * time.Minute
+	h := newHarness(t, cfg)
+	const key = "https://gw/v1|a"
+	h.take(key, "first", limiter.Default).Release()
+	old := limiter.LaneOf(h.lim, key)
+	if got := limiter.OneLane(h.lim); got != key {
+		t.Fatalf("the shortcut names %q, want the first lane", got)
+	}
+	h.clock.Advance(11 * time.Minute)
+	if n := h.lim.Lanes(); n != 0 {
+		t.Fatalf("%d lanes after the idle TTL, want 0", n)
+	}
+	if got := limiter.OneLane(h.lim); got != "" {
+		t.Fatalf("the shortcut still names the evicted lane %q", got)
+	}
+	limiter.SetOne(h.lim, old) // the late lookup
+	s := h.take(key, "again", limiter.Default)
+	if limiter.SlotLane(*s) == old {
+		t.Fatal("granted on the evicted lane")
+	}
+	if n := h.lim.Lanes(); n != 1 || limiter.LaneOf(h.lim, key) != limiter.SlotLane(*s) {
+		t.Fatalf("%d lanes; the slot is not on the lane the table holds", n)
+	}
+	if got := limiter.OneLane(h.lim); got != key || limiter.LaneOf(h.lim, key) != limiter.SlotLane(*s) {
+		t.Fatalf("the shortcut names %q, want the lane made again", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.queue(ctx, key, "queued", limiter.Default) // the lane of 1 is full
+	if ln := h.lim.Snapshot().Lanes; len(ln) != 1 || ln[0].Inflight != 1 || ln[0].Queued != 1 {
+		t.Fatalf("the snapshot does not count the slot and the waiter: %+v", ln)
+	}
+	cancel()
+	if r := h.next(); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the queued call: %v", r.err)
+	}
+	s.Release()
+}
