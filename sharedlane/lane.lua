@@ -85,8 +85,8 @@ local op, channel, tag, ttl, limit, reserve, step, cap, tpm, maxtok, now
 local A = 11 -- the op's arguments are ARGV[A + 1] on
 -- written: the keys the call wrote (see wr); meta: what it read of m (see
 -- begin); the rest are read once, when first needed, and kept for the call.
-local written, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept
-local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr'}
+local written, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept, ti, shared
+local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr', 'since', 'ti', 'tl', 'ta'}
 
 -- begin sets the call's state from its keys and arguments (see the top).
 local function begin(keys, args)
@@ -106,20 +106,24 @@ local function begin(keys, args)
   -- What the call reads of the meta hash, read once, by name (false when
   -- unset): boot, pl, tb, lane, ms (measured: a call has named a tenant),
   -- ex (the keys' last full refresh, ms), cp (the cap whose counts the
-  -- tenants' i: fields keep), sw and pu.
+  -- tenants' i: fields keep), sw, pu, pr, since, and the token budget's
+  -- ti, tl and ta: one read for what an uncontended call needs of m.
   local r = redis.call('HMGET', M, unpack(metaFields))
-  meta = {boot = r[1], pl = r[2], tb = r[3], lane = r[4], ms = r[5], ex = r[6], cp = r[7], sw = r[8], pu = r[9], pr = r[10]}
+  meta = {boot = r[1], pl = r[2], tb = r[3], lane = r[4], ms = r[5], ex = r[6], cp = r[7], sw = r[8], pu = r[9], pr = r[10],
+    since = r[11], tl = r[13], ta = r[14]}
+  ti = tonumber(r[12] or '') or 0 -- see inflightTokens
   pl = tonumber(meta.pl or '') or 0 -- the provider's last announced token limit (0: none)
   budgeted = tpm > 0 or maxtok > 0 -- see adopt
   measuredNow = meta.ms ~= false -- see hold
   swept = meta.sw == 'n' and math.huge or tonumber(meta.sw or '') -- see sweep
-  quietness, nq, inTokens, tokenLevel, prov, provRead = nil, nil, nil, nil, nil, nil
+  quietness, nq, inTokens, tokenLevel, prov, provRead, shared = nil, nil, nil, nil, nil, nil, nil
 end
 
 -- wr makes a write to key k (a command that may make the key), and notes k
 -- for its expiry at the end of the script (see the end).
 local function wr(cmd, k, ...)
   written[k] = true
+  if k == T then shared = nil end -- see tenantFields
   return redis.call(cmd, k, ...)
 end
 
@@ -143,9 +147,24 @@ local function quiet()
 end
 
 -- queued is how many wait (every waiter has a place's lease in qx), read
--- once and kept up to date by enqueue and unqueue.
+-- once and kept up to date by enqueue and unqueue. m's since is set while
+-- any wait (enqueue sets it on an empty queue, unqueue deletes it as the
+-- queue empties), so that a call on a lane where none waits counts no
+-- queue: only a meta hash that existed before this call (its ex) is
+-- trusted so, and a count that finds waiters where since is missing (m
+-- went before qx) sets it again.
 local function queued()
-  if nq == nil then nq = redis.call('ZCARD', QX) end
+  if nq == nil then
+    if meta.since == false and meta.ex ~= false then
+      nq = 0
+    else
+      nq = redis.call('ZCARD', QX)
+      if nq > 0 and meta.since == false then
+        wr('HSET', M, 'since', now)
+        meta.since = now
+      end
+    end
+  end
   return nq
 end
 
@@ -181,13 +200,26 @@ local function num(k, default)
 end
 
 -- share reads tenant's service, its pending charges, its mean slot-time
--- and the lane's, and whether it is a newcomer, in one call (a missing mean
--- is the lane's; the lane's, 1 s).
+-- and the lane's, whether it is a newcomer, the mean tokens of a call (pc)
+-- and the newcomers' mark (nm), in one call (a missing mean is the lane's;
+-- the lane's, 1 s); and, once per call, whether service is in tokens (see
+-- tokens).
+--
+-- tenantFields is that read (and the tenant's o:, see calibrate), kept
+-- until t is next written (wr), so that an acquire reads its tenant once.
+local function tenantFields(tenant)
+  if shared == nil or shared.tenant ~= tenant then
+    shared = redis.call('HMGET', T, 'v:' .. tenant, 'p:' .. tenant, 'e:' .. tenant, 'est', 'j:' .. tenant, 'tok', 'pc', 'nm', 'o:' .. tenant)
+    shared.tenant = tenant
+  end
+  return shared
+end
 local function share(tenant)
-  local r = redis.call('HMGET', T, 'v:' .. tenant, 'p:' .. tenant, 'e:' .. tenant, 'est', 'j:' .. tenant)
+  local r = tenantFields(tenant)
   local est = tonumber(r[4] or '') or 1
+  if inTokens == nil then inTokens = r[6] ~= false end
   return tonumber(r[1] or '') or 0, tonumber(r[2] or '') or 0, tonumber(r[3] or '') or est, est,
-    tenant ~= 'default' and not r[5]
+    tenant ~= 'default' and not r[5], tonumber(r[7] or '') or 0, tonumber(r[8] or '') or 0
 end
 
 -- newcomer reports whether tenant has not been granted a call on the lane
@@ -203,6 +235,7 @@ local function byHead(c) return Q[c + 1] .. '@@@' end -- see firstTied
 -- reorder moves tenant to its new service vs (a string, as written to v:)
 -- in the classes it waits in.
 local function reorder(tenant, vs)
+  if queued() == 0 then return end -- no tenant waits anywhere
   for c = 0, 2 do redis.call('ZADD', byService(c), 'XX', vs, tenant) end
 end
 
@@ -230,12 +263,18 @@ end
 -- The token budget. level returns the bucket's tokens refilled to now, or
 -- nil without a budget; a bucket turned on starts full, less what the calls
 -- in flight were estimated at.
-local function inflightTokens() return tonumber(redis.call('HGET', M, 'ti') or '') or 0 end
+-- inflightTokens is m's ti, read with the rest of m (begin); addInflight
+-- moves it (an HSET: the sum of whole estimates is exact in Lua's numbers,
+-- and HINCRBYFLOAT's long double costs more).
+local function inflightTokens() return ti end
+local function addInflight(d)
+  ti = ti + d
+  wr('HSET', M, 'ti', exact(ti))
+end
 local function level()
   if tpm <= 0 then return nil end
   if tokenLevel == nil then
-    local r = redis.call('HMGET', M, 'tl', 'ta')
-    local l, at = tonumber(r[1] or ''), tonumber(r[2] or '')
+    local l, at = tonumber(meta.tl or ''), tonumber(meta.ta or '')
     if l == nil then l, at = math.max(0, tpm - inflightTokens()), now end
     tokenLevel = math.min(tpm, l + tpm * math.max(0, now - at) / 60000)
   end
@@ -353,9 +392,10 @@ local function adopt()
   if budgeted == on then return end
   if not budgeted then
     redis.call('HDEL', M, 'tb', 'tl', 'ta', 'ti')
+    ti = 0
     return
   end
-  local ti = 0
+  ti = 0
   local all = redis.call('HGETALL', HC)
   for i = 1, #all, 2 do
     local f = fields(all[i + 1], 13)
@@ -378,8 +418,13 @@ end
 local function takeTokens(call, cost)
   provTake(call)
   local l = level()
-  if l ~= nil then setLevel(math.max(-tpm, l - cost)) end
-  if cost ~= 0 then wr('HINCRBYFLOAT', M, 'ti', cost) end
+  if l == nil then
+    if cost ~= 0 then addInflight(cost) end
+    return
+  end
+  -- setLevel and addInflight, in one write
+  tokenLevel, ti = math.max(-tpm, l - cost), ti + cost
+  wr('HSET', M, 'tl', exact(tokenLevel), 'ta', now, 'ti', exact(ti))
 end
 
 local function unqueue(id)
@@ -409,16 +454,18 @@ end
 local function unhold(id)
   local v = redis.call('HGET', HC, id)
   local n = redis.call('ZREM', H, id)
-  redis.call('HDEL', HC, id)
-  redis.call('HDEL', G, id)
   if v then
+    redis.call('HDEL', HC, id)
     local f = fields(v, 13)
+    -- Only a waiter's grant (dispatch) is ever in g: a slot granted at its
+    -- acquire has its id's place in the counter as its grant's.
+    if tonumber(f[9]) ~= tonumber(string.sub(id, 1, 16), 16) then redis.call('HDEL', G, id) end
     local tenant, at, cf, w = f[2], tonumber(f[3]), f[4], tonumber(f[5])
     local est = tonumber(f[6]) or 0
-    if est ~= 0 then wr('HINCRBYFLOAT', M, 'ti', -est) end
+    if est ~= 0 then addInflight(-est) end
     if cf ~= '-' then -- charged: settle
       local d = math.max(0, now - at) / 1000
-      local vs, pending, e, le = share(tenant)
+      local vs, pending, e, le, _, pc, nm = share(tenant)
       local inTok = string.sub(cf, 1, 1) == 't'
       local charge = tonumber(inTok and string.sub(cf, 2) or cf)
       local sets = {'e:' .. tenant, exact(e + (d - e) / 4), 'est', exact(le + (d - le) / 8), 'j:' .. tenant, now}
@@ -428,7 +475,6 @@ local function unhold(id)
       else
         local used = d
         if inTok then
-          local pc = num('pc', 0)
           used = tonumber(f[8]) -- what it used, else its estimate
           if used then
             sets[#sets + 1], sets[#sets + 2] = 'pc', exact(pc + (used - pc) / 8)
@@ -441,12 +487,14 @@ local function unhold(id)
         sets[#sets + 1], sets[#sets + 2] = 'p:' .. tenant, exact(pending - charge)
         if f[12] == '1' then
           -- A newcomer's first call: the mark is settled as its service is.
-          sets[#sets + 1], sets[#sets + 2] = 'nm', exact(num('nm', 0) + (used / w - charge))
+          sets[#sets + 1], sets[#sets + 2] = 'nm', exact(nm + (used / w - charge))
         end
       end
       wr('HSET', T, unpack(sets))
     end
     if cap > 0 then wr('HINCRBY', T, 'i:' .. tenant, -1) end
+  else
+    redis.call('HDEL', G, id)
   end
   return n == 1
 end
@@ -609,8 +657,8 @@ local function lift(tenant, c, w, cost)
     local last = redis.call('HGET', T, 'last')
     if last then floor = num('v:' .. last, 0) - num('p:' .. last, 0) end
   end
-  local vs, _, e, _, new = share(tenant)
-  if new then floor = math.max(floor or 0, num('nm', 0)) end
+  local vs, _, e, _, new, pc, nm = share(tenant)
+  if new then floor = math.max(floor or 0, nm) end
   if floor and vs < floor then
     vs = floor
     wr('HSET', T, 'v:' .. tenant, exact(floor))
@@ -618,7 +666,7 @@ local function lift(tenant, c, w, cost)
   end
   if new then
     local charge = e
-    if tokens() then charge = cost > 0 and cost or num('pc', 0) end
+    if tokens() then charge = cost > 0 and cost or pc end
     wr('HSET', T, 'nm', exact(vs + charge / w))
   end
   return vs
@@ -656,12 +704,15 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
   local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc ..
     '|' .. (base or call)
   if measured() then
-    if call > 0 and not tokens() then toTokens(call) end
-    local vs, pending, e, _, new = share(tenant)
+    local vs, pending, e, _, new, pc = share(tenant)
+    if call > 0 and not tokens() then
+      toTokens(call) -- every service starts again: read it again
+      vs, pending, e, _, new, pc = share(tenant)
+    end
     rest = rest .. (new and '|1' or '|')
     local charge, cf = e / w, nil
     if tokens() then
-      charge = (call > 0 and call or num('pc', 0)) / w
+      charge = (call > 0 and call or pc) / w
       cf = 't' .. exact(charge)
     else
       cf = exact(charge)
@@ -831,7 +882,10 @@ local function recount()
   for _, k in ipairs(redis.call('HKEYS', T)) do
     if string.sub(k, 1, 2) == 'i:' then del[#del + 1] = k end
   end
-  if #del > 0 then redis.call('HDEL', T, unpack(del)) end
+  if #del > 0 then
+    redis.call('HDEL', T, unpack(del))
+    shared = nil
+  end
   if cap > 0 then
     local n, sets = {}, {}
     for _, v in ipairs(redis.call('HVALS', HC)) do
@@ -879,7 +933,10 @@ local function forget(keep)
       if name == last then del[#del + 1] = 'last' end
     end
   end
-  if #del > 0 then redis.call('HDEL', T, unpack(del)) end
+  if #del > 0 then
+    redis.call('HDEL', T, unpack(del))
+    shared = nil
+  end
 end
 
 local ops = {} -- the ops, by name
@@ -898,8 +955,8 @@ function ops.acquire()
   -- read (the default tenant is never a newcomer).
   local new, own = false, nil
   if tenant ~= 'default' then
-    local r = redis.call('HMGET', T, 'j:' .. tenant, 'o:' .. tenant)
-    new, own = not r[1], r[2]
+    local r = tenantFields(tenant)
+    new, own = not r[5], r[9]
   end
   if new then forget(tenant) end
   local cost = calibrate(tenant, base, new, own)
