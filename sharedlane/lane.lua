@@ -85,8 +85,8 @@ local op, channel, tag, ttl, limit, reserve, step, cap, tpm, maxtok, now
 local A = 11 -- the op's arguments are ARGV[A + 1] on
 -- written: the keys the call wrote (see wr); meta: what it read of m (see
 -- begin); the rest are read once, when first needed, and kept for the call.
-local written, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept, ti, shared
-local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr', 'since', 'ti', 'tl', 'ta'}
+local written, lasting, mw, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept, ti, shared, seq
+local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr', 'since', 'ti', 'tl', 'ta', 'seq'}
 
 -- begin sets the call's state from its keys and arguments (see the top).
 local function begin(keys, args)
@@ -102,7 +102,7 @@ local function begin(keys, args)
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if ARGV[9] ~= '' then now = tonumber(ARGV[9]) end -- a test's clock (sharedlane.Config.Clock)
-  written, skip = {}, {}
+  written, lasting, mw, skip = {}, {}, {}, {}
   -- What the call reads of the meta hash, read once, by name (false when
   -- unset): boot, pl, tb, lane, ms (measured: a call has named a tenant),
   -- ex (the keys' last full refresh, ms), cp (the cap whose counts the
@@ -112,6 +112,7 @@ local function begin(keys, args)
   meta = {boot = r[1], pl = r[2], tb = r[3], lane = r[4], ms = r[5], ex = r[6], cp = r[7], sw = r[8], pu = r[9], pr = r[10],
     since = r[11], tl = r[13], ta = r[14]}
   ti = tonumber(r[12] or '') or 0 -- see inflightTokens
+  seq = tonumber(r[15] or '') or 0 -- see nextSeq
   pl = tonumber(meta.pl or '') or 0 -- the provider's last announced token limit (0: none)
   budgeted = tpm > 0 or maxtok > 0 -- see adopt
   measuredNow = meta.ms ~= false -- see hold
@@ -120,7 +121,9 @@ local function begin(keys, args)
 end
 
 -- wr makes a write to key k (a command that may make the key), and notes k
--- for its expiry at the end of the script (see the end).
+-- for its expiry at the end of the script (see the end), unless the call
+-- knows k was there before with its expiry and cannot have been emptied
+-- since (lasting: see tenantFields).
 local function wr(cmd, k, ...)
   written[k] = true
   if k == T then shared = nil end -- see tenantFields
@@ -170,8 +173,26 @@ end
 
 -- fields splits a "a|b|...|rest" value into n fields, the last taking the rest.
 -- A value with fewer (an older version's, in a rolling upgrade) leaves the
--- fields past its own empty.
+-- fields past its own empty. The records' widths have a pattern each, made
+-- at the load (concatenation only: the string library is not there yet),
+-- because one match costs a third of splitting field by field in Lua.
+local patterns = {}
+do
+  local one = '([^|]*)|'
+  local widths = {2, 3, 8, 12, 13}
+  for i = 1, #widths do -- no ipairs at the load either
+    local n = widths[i]
+    local p = '^'
+    for _ = 1, n - 1 do p = p .. one end
+    patterns[n] = p .. '(.*)$'
+  end
+end
 local function fields(v, n)
+  local p = patterns[n]
+  if p then
+    local out = {string.match(v, p)}
+    if out[1] ~= nil then return out end
+  end
   local out, from = {}, 1
   for i = 1, n - 1 do
     local j = string.find(v, '|', from, true)
@@ -195,6 +216,25 @@ local function exact(x)
   return string.format('%.17g', x)
 end
 
+-- m's counter and token fields are written once, at the end of the call
+-- (mw, see flush): a grant moves the counter, the bucket and the estimates
+-- in flight, one HSET rather than three. They are read with the rest of m
+-- (begin) and kept in seq, tokenLevel and ti meanwhile; nothing reads them
+-- from m again within the call.
+local function mset(k, v) mw[k] = v end
+local function flush()
+  if next(mw) == nil then return end
+  local sets = {}
+  for k, v in pairs(mw) do sets[#sets + 1], sets[#sets + 2] = k, v end
+  wr('HSET', M, unpack(sets))
+end
+-- nextSeq moves m's counter of ids and grants on, and returns it.
+local function nextSeq()
+  seq = seq + 1
+  mset('seq', exact(seq))
+  return seq
+end
+
 local function num(k, default)
   return tonumber(redis.call('HGET', T, k) or '') or default
 end
@@ -211,6 +251,12 @@ local function tenantFields(tenant)
   if shared == nil or shared.tenant ~= tenant then
     shared = redis.call('HMGET', T, 'v:' .. tenant, 'p:' .. tenant, 'e:' .. tenant, 'est', 'j:' .. tenant, 'tok', 'pc', 'nm', 'o:' .. tenant)
     shared.tenant = tenant
+    -- est and tok are never deleted (forget and recount delete only a
+    -- tenant's fields): t, there with either before this call wrote it, was
+    -- there at the call's start, so it has its expiry (every key has one at
+    -- the end of a call, of at least three lease TTLs: see expire) and stays
+    -- there through the call.
+    if (shared[4] or shared[6]) and not written[T] then lasting[T] = true end
   end
   return shared
 end
@@ -269,7 +315,7 @@ end
 local function inflightTokens() return ti end
 local function addInflight(d)
   ti = ti + d
-  wr('HSET', M, 'ti', exact(ti))
+  mset('ti', exact(ti))
 end
 local function level()
   if tpm <= 0 then return nil end
@@ -282,7 +328,8 @@ local function level()
 end
 local function setLevel(l)
   tokenLevel = l
-  wr('HSET', M, 'tl', exact(l), 'ta', now)
+  mset('tl', exact(l))
+  mset('ta', now)
 end
 -- The provider's word (op limits): what the rate-limit headers of an answer
 -- said of the lane's budgets at the provider, whichever process's call it
@@ -392,7 +439,7 @@ local function adopt()
   if budgeted == on then return end
   if not budgeted then
     redis.call('HDEL', M, 'tb', 'tl', 'ta', 'ti')
-    ti = 0
+    ti, mw.tl, mw.ta, mw.ti = 0, nil, nil, nil
     return
   end
   ti = 0
@@ -404,7 +451,8 @@ local function adopt()
     ti = ti + e
     wr('HSET', HC, all[i], table.concat(f, '|'))
   end
-  wr('HSET', M, 'tb', 1, 'ti', ti)
+  wr('HSET', M, 'tb', 1)
+  mset('ti', exact(ti))
   if tpm > 0 then setLevel(math.max(0, tpm - ti)) end
 end
 local function tokensFit(cost)
@@ -418,13 +466,8 @@ end
 local function takeTokens(call, cost)
   provTake(call)
   local l = level()
-  if l == nil then
-    if cost ~= 0 then addInflight(cost) end
-    return
-  end
-  -- setLevel and addInflight, in one write
-  tokenLevel, ti = math.max(-tpm, l - cost), ti + cost
-  wr('HSET', M, 'tl', exact(tokenLevel), 'ta', now, 'ti', exact(ti))
+  if l ~= nil then setLevel(math.max(-tpm, l - cost)) end
+  if cost ~= 0 then addInflight(cost) end
 end
 
 local function unqueue(id)
@@ -700,7 +743,7 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
   local call = tonumber(cost) or 0
   cost = budgeted and call or 0
   takeTokens(call, cost)
-  grant = grant or wr('HINCRBY', M, 'seq', 1)
+  grant = grant or nextSeq()
   local rest = '|' .. exact(w) .. '|' .. cost .. '|' .. cost .. '|' .. (call > 0 and call or '') .. '|' .. grant .. '|' .. proc ..
     '|' .. (base or call)
   if measured() then
@@ -717,13 +760,13 @@ local function hold(id, c, tenant, w, proc, expiry, cost, base, grant)
     else
       cf = exact(charge)
     end
-    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest)
+    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|' .. cf .. rest .. '|') -- answered: ''
     wr('HSET', T, 'v:' .. tenant, exact(vs + charge), 'p:' .. tenant, exact(pending + charge), 'last', tenant, 'j:' .. tenant, now)
     reorder(tenant, exact(vs + charge))
   else
     -- No one to be fair to: last is not kept (a lift reads service, 0
     -- for every tenant until a call names one).
-    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest .. '|')
+    wr('HSET', HC, id, c .. '|' .. tenant .. '|' .. now .. '|-' .. rest .. '||') -- fresh and answered: ''
   end
   if cap > 0 then wr('HINCRBY', T, 'i:' .. tenant, 1) end
 end
@@ -868,7 +911,7 @@ end
 
 -- newid returns a new id, and its place in the lane's counter.
 local function newid(suffix)
-  local n = wr('HINCRBY', M, 'seq', 1)
+  local n = nextSeq()
   return string.format('%016x', n) .. ':' .. suffix, n
 end
 
@@ -1143,7 +1186,7 @@ function ops.limits()
   if v then
     local f = fields(v, 13)
     at, mine = math.min(now, tonumber(f[3])), tonumber(f[9]) or 0
-    f[13] = wr('HINCRBY', M, 'seq', 1)
+    f[13] = nextSeq()
     wr('HSET', HC, id, table.concat(f, '|'))
   end
   local toks, calls = 0, 0
@@ -1348,7 +1391,7 @@ local function expire()
     -- m, read with its ex, has its leases from then: it needs none now.
     written[M] = nil
     for k in pairs(written) do
-      if k ~= PV then redis.call('PEXPIRE', k, ttl * 4) end
+      if k ~= PV and not lasting[k] then redis.call('PEXPIRE', k, ttl * 4) end
     end
   end
 end
@@ -1362,6 +1405,7 @@ local function lane(keys, args)
   recount()
   sweep()
   local out = run()
+  flush()
   expire()
   return out
 end

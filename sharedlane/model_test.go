@@ -115,6 +115,7 @@ func againstModel(t *testing.T, url string, seed uint64) {
 	next := 0
 	check := func(step string) {
 		t.Helper()
+		everyKeyExpires(t, procs[0].b.rdb, fmt.Sprintf("model%d", seed), step)
 		want := len(m.held)
 		l := procs[0].b.Lanes(context.Background(), []string{lane})[lane]
 		q := l.QueuedByPriority

@@ -468,6 +468,7 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64, tokens 
 		if l.Inflight != len(m.held) || q.Interactive+q.Default+q.Bulk != len(m.queue) {
 			t.Fatalf("%s: Redis has %d held and %+v queued, the model %d and %d", step, l.Inflight, q, len(m.held), len(m.queue))
 		}
+		everyKeyExpires(t, rdb, prefix, step)
 		for tn, want := range m.v {
 			got, err := rdb.HGet(context.Background(), tkey, "v:"+tn).Float64()
 			if errors.Is(err, redis.Nil) {
@@ -580,5 +581,17 @@ func tenantsAgainstModel(t *testing.T, r *redistest.Server, seed uint64, tokens 
 	}
 	for _, c := range m.held {
 		c.real.slot.Release()
+	}
+}
+
+// everyKeyExpires fails t if a key of the lanes under prefix has no expiry:
+// lane.lua leaves every key it made with one at the end of every call, and
+// re-expires only what a call may have made (see its expire and lasting).
+func everyKeyExpires(t *testing.T, rdb redis.UniversalClient, prefix, step string) {
+	t.Helper()
+	for _, k := range rdb.Keys(context.Background(), prefix+":{*").Val() {
+		if d := rdb.PTTL(context.Background(), k).Val(); d < 0 {
+			t.Fatalf("%s: key %s has no expiry (PTTL %v)", step, k, d)
+		}
 	}
 }
