@@ -82,19 +82,23 @@ const intro = `## What is measured
   profiled with INFO commandstats and the Go CPU profile: the two round trips (the
   system calls are most of the Go side's CPU, as for the PINGs), then Redis' time in
   lane.lua, then the limiter and the backend in Go. Profiled by hand on 2026-12-07
-  (INFO commandstats over 20,000 pairs on this VM type): a plain pair runs 12 Redis
-  commands (TIME and one HMGET of the lane's meta hash each; ZADD, HSET, HINCRBY and
-  two PEXPIREs to grant; HGET, ZREM and HDEL to release), a pair with tenants and a
-  budget 23; their own time is 10.6 and 22.2 µs a pair, the two FCALLs' 59.7 and 109
-  µs (75.9 and 137, with 16 and 35 commands, before the meta hash, a tenant's fields
-  and the bucket were each read once a call). The rest is Lua and the cost of calling
-  Redis from it, and it follows the CPU's caches more than the code: the plain pair run
+  (INFO commandstats over 20,000 pairs, MONITOR, on this VM type): a plain pair runs
+  13 Redis commands (TIME and one HMGET of the lane's meta hash each; HVALS, ZADD and
+  two HSETs and two PEXPIREs to grant; HGET, ZREM and HDEL to release), a pair with
+  tenants and a budget 18 (16 and 35 before lane.lua read the meta hash and a
+  tenant's fields once a call, wrote the counter and the bucket once, skipped what an
+  empty queue makes moot and re-expired only the keys a call may have made). Their own
+  time is about a sixth of the FCALLs'. The rest is Lua and the cost of calling Redis
+  from it, and it follows the CPU's caches more than the code: the plain pair run
   100,000 times inside one FCALL (caches warm) takes 27 µs; as one FCALL a round trip
   (redis-benchmark, one connection) it takes 71 µs more than a PING, and a script
-  running the same twelve commands with none of lane.lua's logic 37 µs more. By these
+  running the same thirteen commands with none of lane.lua's logic 37 µs more. By these
   figures a script that keeps a lease, a record and a counter per grant costs about
   1.4x two PINGs here before any order is decided, and the 1.5x goal leaves lane.lua's
-  own logic about a third of what it takes. The Go side's time is its system calls,
+  own logic about a third of what it takes. Fewer commands moved the interleaved
+  ratios little (runs alternating the two versions of lane.lua, three each: plain
+  1.92 to 1.96x before, 1.90 to 1.95x after; tenants and budget 2.26x before, 2.08 to
+  2.19x after); Redis' CPU per call is what they save. The Go side's time is its system calls,
   as the PINGs' (49 allocations a pair, down from 85 once the keys and fixed arguments
   of an FCALL were boxed once per lane, and the ratio did not move). What Redis' CPU per pair has beyond the two PINGs' (the
   column) is the FCALL itself (eleven keys and eleven arguments to read into Lua) and
