@@ -145,6 +145,61 @@ func BenchmarkShared(b *testing.B) {
 		b.ReportMetric(median(times[2])/m, "tenants-budget-x-2xping")
 		b.ReportMetric(m/1000, "2xping-µs")
 	})
+	b.Run("uncontended/floor", func(b *testing.B) {
+		// What any script costs here before it decides an order: a pair of
+		// FCALLs of bareScript, which runs the thirteen commands of a plain
+		// uncontended pair of lane.lua's (its reads of the meta hash, the
+		// lease, the record and the counter; their expiries) with the same
+		// keys and arguments and none of its logic, interleaved with two
+		// PINGs and a plain pair as interleaved is. The ratios say how much
+		// of the plain pair's is the round trips, how much any script, and
+		// how much lane.lua's order and the Go side.
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaintNotificationsConfig: noMaint()})
+		defer rdb.Close()
+		if err := rdb.FunctionLoadReplace(ctx, bareScript).Err(); err != nil {
+			b.Fatal(err)
+		}
+		be, lim := mk("f")
+		defer be.Close()
+		lk := be.keysOf("floor")
+		lk.cfg.Store(&cfg)
+		bare := func() {
+			v, err := rdb.Do(ctx, be.fcall("llmlanes_bare", lk, "acquire", 1, 0, "f", lk.lane, be.suffix, "default", 1.0, 0)...).Slice()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := rdb.Do(ctx, be.fcall("llmlanes_bare", lk, "release", v[1])...).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var times [3][]float64 // two PINGs, the bare pair, a plain pair
+		rng := rand.New(rand.NewPCG(3, 4))
+		order := [3]int{0, 1, 2}
+		for b.Loop() {
+			rng.Shuffle(3, func(x, y int) { order[x], order[y] = order[y], order[x] })
+			for _, k := range order {
+				t0 := time.Now()
+				switch k {
+				case 0:
+					rdb.Ping(ctx)
+					rdb.Ping(ctx)
+				case 1:
+					bare()
+				case 2:
+					s, err := lim.Acquire(ctx, lane)
+					if err != nil {
+						b.Fatal(err)
+					}
+					s.Release()
+				}
+				times[k] = append(times[k], float64(time.Since(t0)))
+			}
+		}
+		m, f := median(times[0]), median(times[1])
+		b.ReportMetric(f/m, "bare-x-2xping")
+		b.ReportMetric(median(times[2])/f, "plain-x-bare")
+		b.ReportMetric(m/1000, "2xping-µs")
+	})
 	for _, n := range []int{1, 100} {
 		b.Run(fmt.Sprintf("grant/tenants-%d", n), func(b *testing.B) {
 			// A lane of one slot with 100 callers, each acquiring and
@@ -369,3 +424,28 @@ func median(xs []float64) float64 {
 	slices.Sort(xs)
 	return xs[len(xs)/2]
 }
+
+// bareScript is the floor's script (see BenchmarkShared's floor): the
+// Redis commands of an uncontended acquire and release of lane.lua's, in
+// the same order, and no decision.
+const bareScript = `#!lua name=llmlanes_bench
+redis.register_function('llmlanes_bare', function(keys, args)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HMGET', keys[9], 'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr', 'since', 'ti', 'tl', 'ta', 'seq')
+  if args[1] == 'acquire' then
+    redis.call('HVALS', keys[2])
+    local seq = redis.call('HINCRBY', keys[9], 'seq', 1)
+    local id = string.format('%016x', seq) .. ':' .. args[16]
+    redis.call('ZADD', keys[1], now + tonumber(args[4]), id)
+    redis.call('HSET', keys[2], id, args[12] .. '|' .. args[17] .. '|' .. now .. '|-|1|0|0||' .. seq .. '|' .. args[14] .. '|0||')
+    redis.call('PEXPIRE', keys[2], 4 * tonumber(args[4]))
+    redis.call('PEXPIRE', keys[1], 4 * tonumber(args[4]))
+    return {'granted', id, 0}
+  end
+  redis.call('HGET', keys[2], args[12])
+  redis.call('ZREM', keys[1], args[12])
+  redis.call('HDEL', keys[2], args[12])
+  return 1
+end)
+`
