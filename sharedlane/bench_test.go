@@ -119,27 +119,11 @@ func BenchmarkShared(b *testing.B) {
 		// in a fixed order on this VM, the PINGs after the tenants' pair
 		// took 90 µs and the plain pair after the PINGs 146, where each
 		// after the other kind took 112 and 124 (docs/BENCHMARKS.md).
-		var times [3][]float64 // two PINGs, a plain pair, a tenants' pair
-		rng := rand.New(rand.NewPCG(1, 2))
-		order := [3]int{0, 1, 2}
 		i := 0
-		for b.Loop() {
-			rng.Shuffle(3, func(x, y int) { order[x], order[y] = order[y], order[x] })
-			for _, k := range order {
-				t0 := time.Now()
-				switch k {
-				case 0:
-					rdb.Ping(ctx)
-					rdb.Ping(ctx)
-				case 1:
-					pair(lim, ctx, lane)
-				case 2:
-					pair(tlim, ctxs[i%3], "tenants-interleaved")
-				}
-				times[k] = append(times[k], float64(time.Since(t0)))
-			}
-			i++
-		}
+		times := shuffled(b, 1,
+			func() { rdb.Ping(ctx); rdb.Ping(ctx) },
+			func() { pair(lim, ctx, lane) },
+			func() { pair(tlim, ctxs[i%3], "tenants-interleaved"); i++ })
 		m := median(times[0])
 		b.ReportMetric(median(times[1])/m, "plain-x-2xping")
 		b.ReportMetric(median(times[2])/m, "tenants-budget-x-2xping")
@@ -172,29 +156,16 @@ func BenchmarkShared(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		var times [3][]float64 // two PINGs, the bare pair, a plain pair
-		rng := rand.New(rand.NewPCG(3, 4))
-		order := [3]int{0, 1, 2}
-		for b.Loop() {
-			rng.Shuffle(3, func(x, y int) { order[x], order[y] = order[y], order[x] })
-			for _, k := range order {
-				t0 := time.Now()
-				switch k {
-				case 0:
-					rdb.Ping(ctx)
-					rdb.Ping(ctx)
-				case 1:
-					bare()
-				case 2:
-					s, err := lim.Acquire(ctx, lane)
-					if err != nil {
-						b.Fatal(err)
-					}
-					s.Release()
+		times := shuffled(b, 3,
+			func() { rdb.Ping(ctx); rdb.Ping(ctx) },
+			bare,
+			func() {
+				s, err := lim.Acquire(ctx, lane)
+				if err != nil {
+					b.Fatal(err)
 				}
-				times[k] = append(times[k], float64(time.Since(t0)))
-			}
-		}
+				s.Release()
+			})
 		m, f := median(times[0]), median(times[1])
 		b.ReportMetric(f/m, "bare-x-2xping")
 		b.ReportMetric(median(times[2])/f, "plain-x-bare")
@@ -417,6 +388,27 @@ func redisCPU(b *testing.B, r *redistest.Server) float64 {
 }
 
 // median returns the median of xs (sorted in place).
+// shuffled times each of runs once per iteration of b's loop, in an order
+// of the iteration's own (a shuffle seeded with seed), and returns each
+// one's times (ns), in the order of runs.
+func shuffled(b *testing.B, seed uint64, runs ...func()) [][]float64 {
+	times := make([][]float64, len(runs))
+	order := make([]int, len(runs))
+	for k := range order {
+		order[k] = k
+	}
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	for b.Loop() {
+		rng.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
+		for _, k := range order {
+			t0 := time.Now()
+			runs[k]()
+			times[k] = append(times[k], float64(time.Since(t0)))
+		}
+	}
+	return times
+}
+
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
