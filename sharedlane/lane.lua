@@ -106,8 +106,8 @@ local function begin(keys, args)
   -- What the call reads of the meta hash, read once, by name (false when
   -- unset): boot, pl, tb, lane, ms (measured: a call has named a tenant),
   -- ex (the keys' last full refresh, ms), cp (the cap whose counts the
-  -- tenants' i: fields keep), sw, pu, pr, since, and the token budget's
-  -- ti, tl and ta: one read for what an uncontended call needs of m.
+  -- tenants' i: fields keep), sw, pu, pr, since, the token budget's ti, tl
+  -- and ta, and seq: one read for what an uncontended call needs of m.
   local r = redis.call('HMGET', M, unpack(metaFields))
   meta = {boot = r[1], pl = r[2], tb = r[3], lane = r[4], ms = r[5], ex = r[6], cp = r[7], sw = r[8], pu = r[9], pr = r[10],
     since = r[11], tl = r[13], ta = r[14]}
