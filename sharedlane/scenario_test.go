@@ -88,13 +88,29 @@ func (*shared) Name() string { return "shared" }
 
 func (e *shared) New(t testing.TB, cfg limiter.Config, clock *limitertest.Clock) (*limiter.Limiter, error) {
 	// An hour's lease: the scenario's clock moves by minutes while the
-	// leases are never renewed (that runs on the system's clock).
+	// leases are never renewed (that runs on the system's clock). No poll
+	// either (PollEvery an hour, also on the system's clock): a poll's op
+	// carries the settings as they were when it was sent, and one still on
+	// its way when the next step reloads would grant under the old ones (a
+	// process is a round trip late, as one not yet reloaded is), at a
+	// moment the machine's load decides. Every grant here comes from a
+	// step's own ops and the snapshots' reads (state), which sweep and
+	// dispatch too.
 	b, err := New(Config{URL: e.r.URL(), Process: "p", KeyPrefix: fmt.Sprintf("scenario%d", e.n.Add(1)),
-		LeaseTTL: time.Hour, PollEvery: 5 * time.Millisecond, Clock: clock, Log: quiet})
+		LeaseTTL: time.Hour, PollEvery: time.Hour, Clock: clock, Log: quiet})
 	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { b.Close() })
+	// With no poll, a grant reaches its waiter by the grants' channel
+	// alone: wait until Redis has the backend's subscription.
+	for n := int64(0); n == 0; {
+		subs, err := b.rdb.PubSubNumSub(context.Background(), b.channel).Result()
+		if err != nil {
+			return nil, err
+		}
+		n = subs[b.channel]
+	}
 	// The lane grants nothing for one lease after the server's start, as
 	// its clock tells: the scenario's starts long after.
 	lk := b.keysOf(lanescenario.Lane)
