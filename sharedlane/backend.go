@@ -320,7 +320,10 @@ func (b *Backend) KeepsTokenBudgets() bool { return true }
 // headers said of them is forgotten in Redis, so that a reload starts
 // them from a clean slate. A lane Redis cannot be reached for within ctx
 // takes cfg at its next acquisition here, and the provider's word binds
-// for at most two provider windows.
+// for at most two provider windows. An op of the lane already sent under
+// the old settings (a waiter's poll, a snapshot's read) still decides
+// under them in Redis, once: for that round trip this process is as
+// late as one not yet reloaded.
 func (b *Backend) Reload(ctx context.Context, keys []string, cfg limiter.Config) {
 	for _, k := range keys {
 		lk := b.keysOf(k)
