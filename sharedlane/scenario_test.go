@@ -104,12 +104,17 @@ func (e *shared) New(t testing.TB, cfg limiter.Config, clock *limitertest.Clock)
 	t.Cleanup(func() { b.Close() })
 	// With no poll, a grant reaches its waiter by the grants' channel
 	// alone: wait until Redis has the backend's subscription.
-	for n := int64(0); n == 0; {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		subs, err := b.rdb.PubSubNumSub(context.Background(), b.channel).Result()
 		if err != nil {
 			return nil, err
 		}
-		n = subs[b.channel]
+		if subs[b.channel] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the grants' channel %s has no subscriber after 10s", b.channel)
+		}
 	}
 	// The lane grants nothing for one lease after the server's start, as
 	// its clock tells: the scenario's starts long after.
