@@ -64,8 +64,10 @@ func TestProviderWordFloor(t *testing.T) {
 	h.expectGrant("b").Release()
 }
 
-// A call estimated above the provider's last announced limit is refused,
-// whether or not the provider's budget is whole now; one above
+// A call estimated above the token limit the provider announced as its
+// own is refused, whether or not the provider's budget is whole now, for
+// one provider window after the limit was last heard and never longer; a
+// gateway's announced limit (no RefuseAbove) refuses nothing. One above
 // MaxCallTokens is refused with no budget and no provider word at all. A
 // reload forgets the provider's word, its limit included.
 func TestProviderLimitRefused(t *testing.T) {
@@ -75,10 +77,27 @@ func TestProviderLimitRefused(t *testing.T) {
 		t.Fatalf("a call of MaxCallTokens+1: %v, want a TokenBudgetError for max_call_tokens", err)
 	}
 	h.take("L", "first", limiter.Default).Release()
-	h.lim.RecordLimits(context.Background(), "L", limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 1000, Reset: time.Second}})
+	said := limiter.ProviderLimits{Tokens: limiter.ProviderBudget{Known: true, Limit: 1000, Remaining: 1000, Reset: time.Second}}
+	h.lim.RecordLimits(context.Background(), "L", said) // a gateway's: refuses nothing
+	h.clock.Advance(2 * time.Second)
+	h.takeCost("gateway's", limiter.Default, 1001).Release()
+	said.RefuseAbove = true
+	h.lim.RecordLimits(context.Background(), "L", said)
 	h.clock.Advance(2 * time.Second) // past the reset, whole: binding nothing
 	if _, err := h.lim.Acquire(costing(1001), "L"); !errors.As(err, &be) || be.Budget != "provider" || be.Limit != 1000 {
 		t.Fatalf("a call of 1,001: %v, want a TokenBudgetError for the provider's 1,000", err)
+	}
+	if l := h.lane("L").Tokens.Provider.TokenLimit; l == nil || l.Limit != 1000 || l.Binds != 58 {
+		t.Fatalf("snapshot's token limit %+v, want 1000, binding 58 s more", l)
+	}
+	h.clock.Advance(58 * time.Second) // a window after it was heard: it binds no more
+	h.takeCost("past the window", limiter.Default, 1001).Release()
+	if l := h.lane("L").Tokens.Provider.TokenLimit; l != nil {
+		t.Fatalf("snapshot's token limit %+v past its window, want none", l)
+	}
+	h.lim.RecordLimits(context.Background(), "L", said)
+	if _, err := h.lim.Acquire(costing(1001), "L"); !errors.As(err, &be) {
+		t.Fatalf("a call of 1,001 after the limit was heard again: %v, want refused", err)
 	}
 	if err := h.lim.SetConfig(h.lim.Config()); err != nil {
 		t.Fatal(err)

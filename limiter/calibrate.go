@@ -88,8 +88,8 @@ func (l *lane) calibrateLocked(cfg *Config, t *tenant, cost int64) int64 {
 // make a call.
 func (l *lane) smallestBudgetLocked(cfg *Config) int64 {
 	var provLimit int64
-	if l.tok != nil {
-		provLimit = l.tok.provLimit
+	if l.tok != nil && l.tok.provLimit > 0 {
+		provLimit = l.tok.announcedLimitLocked(l.nowNS())
 	}
 	ceiling := int64(0)
 	for _, b := range []int64{cfg.TokensPerMinute, cfg.MaxInflightTokens, provLimit} {

@@ -59,6 +59,9 @@ type slots struct {
 	// granted before then is listed when its own answer reports.
 	held []*hold
 	seq  uint64
+	// abandoned counts the holds whose callers left while their calls were
+	// at the upstream (see Slot.Abandon).
+	abandoned int
 	// waiting counts, by class, this process's calls waiting in a Backend's
 	// queue (the local queue q stays empty then).
 	waiting [3]int
@@ -131,6 +134,9 @@ type hold struct {
 	// call's answer reported the provider's headers (0: not yet).
 	idx             int
 	grant, answered uint64
+	// abandoned is set when the caller left while the call was at the
+	// upstream (Slot.Abandon).
+	abandoned bool
 }
 
 func newLane(lim *Limiter, key string, cfg *Config) *lane {
@@ -610,9 +616,13 @@ func (l *lane) releaseLocked(h *hold) (Priority, Lease) {
 	l.settleLocked(l.lim.cfg.Load(), h)
 	h.open = false
 	if l.tok != nil {
-		l.releaseTokensLocked(h)
+		l.releaseTokensLocked(h, h.gen-1)
 	}
 	l.slots.inflight--
+	if h.abandoned {
+		h.abandoned = false
+		l.slots.abandoned--
+	}
 	l.heldLocked(false)
 	if p != Interactive {
 		l.slots.others--

@@ -377,6 +377,25 @@ func (s *Slot) Release() {
 	}
 }
 
+// Abandon marks the slot as held for a call whose caller has left while
+// the upstream still works on it: a gateway that does not stop the work
+// when its client goes (LiteLLM does not) still has the call at work, so
+// the slot stays held until the upstream's answer ends, and the snapshot
+// counts it (LaneSnapshot.Abandoned). It does nothing after Release.
+func (s *Slot) Abandon() {
+	h := s.h
+	if h == nil {
+		return
+	}
+	l := h.lane
+	l.mu.Lock()
+	if h.gen == s.gen && !h.abandoned {
+		h.abandoned = true
+		l.slots.abandoned++
+	}
+	l.mu.Unlock()
+}
+
 // Lane returns the key of the slot's lane, or "" for the zero Slot.
 func (s *Slot) Lane() string {
 	if s.h == nil {

@@ -45,6 +45,10 @@ type LaneSnapshot struct {
 	// Saturated is true when the queue has been non-empty for 60 s or more
 	// without a break.
 	Saturated bool `json:"saturated"`
+	// Abandoned is how many of this process's slots of the lane are held
+	// for calls whose callers left while the upstream still works on them
+	// (Slot.Abandon). An extra key, left out at 0.
+	Abandoned int `json:"abandoned_inflight,omitempty"`
 	// Upstream counts the lane's exchanges with the gateway in the last 5
 	// minutes, as reported with RecordExchange; nil (and the key left out)
 	// when there were none. It is an extra key beside the D8 ones.
@@ -126,11 +130,12 @@ func (s Seconds) MarshalJSON() ([]byte, error) {
 func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 	cfg = l.effLocked(cfg)
 	s := LaneSnapshot{
-		Lane:     l.key,
-		Limit:    cfg.MaxInflight,
-		Reserve:  cfg.Reserve(),
-		Inflight: l.slots.inflight,
-		Queued:   l.q.n,
+		Lane:      l.key,
+		Limit:     cfg.MaxInflight,
+		Reserve:   cfg.Reserve(),
+		Inflight:  l.slots.inflight,
+		Queued:    l.q.n,
+		Abandoned: l.slots.abandoned,
 		QueuedByPriority: QueuedByPriority{
 			Interactive: l.q.byClass[Interactive.Index()],
 			Default:     l.q.byClass[Default.Index()],
@@ -267,6 +272,13 @@ func (l *lane) snapshotTokensLocked(cfg *Config, now time.Time) *TokenSnapshot {
 		if ns < tk.Hold {
 			p.RetryAfter = seconds(float64(tk.Hold-ns) / 1e9)
 		}
+		if lim := tk.announcedLimitLocked(ns); lim > 0 {
+			p.TokenLimit = &AnnouncedLimitSnapshot{Limit: lim, Binds: seconds(float64(tk.provUntil-ns) / 1e9)}
+		}
+		if c := tk.conc; c.at > 0 {
+			p.Concurrency = &ConcurrencySnapshot{InflightAt429: c.inflight, Age: seconds(float64(ns-c.at) / 1e9), Count: c.count,
+				Hold: seconds(float64(max(0, tk.ConcHold-ns)) / 1e9)}
+		}
 		s.Provider = p
 	}
 	if l.q.n > 0 {
@@ -295,7 +307,8 @@ func providerBudget(m *budget.Mirror, ns int64) *ProviderBudgetSnapshot {
 	if !m.Active(ns) {
 		return nil
 	}
-	return &ProviderBudgetSnapshot{Limit: int64(m.Limit), Remaining: int64(m.LevelAt(ns)), Reset: seconds(float64(max(0, m.Until-ns)) / 1e9)}
+	return &ProviderBudgetSnapshot{Limit: int64(m.Limit), Remaining: int64(m.LevelAt(ns)), Reset: seconds(float64(max(0, m.Until-ns)) / 1e9),
+		Binds: seconds(float64(m.BindsFor(ns)) / 1e9)}
 }
 
 // sharedCache is the last global figures read from the Backend, by lane,

@@ -26,6 +26,21 @@ type ProviderLimits struct {
 	// RetryAfter, from a 429, holds the lane's grants for that long (at
 	// most MaxRetryAfterHold).
 	RetryAfter time.Duration
+	// Concurrency is set for a 429 that refused the call for the number
+	// of calls at work at the gateway, not for a rate: a gateway's
+	// parallel-request limit (LiteLLM's max_parallel_requests), which has
+	// room again as soon as one of its calls ends. Such a 429 holds the
+	// lane's grants only until a call in flight on the lane (other than
+	// Slot's) ends, or its RetryAfter passes (none: ConcurrencyHold),
+	// whichever is first.
+	Concurrency bool
+	// RefuseAbove is set when the headers are the provider's own (its
+	// API refuses a call larger than its per-window token limit): a call
+	// estimated above the announced token limit is then refused, for one
+	// provider window after the limit was last heard. A gateway's own
+	// accounting (LiteLLM's tpm) announces a limit it does not refuse a
+	// call for: there the call waits until the budget is whole instead.
+	RefuseAbove bool
 	// At is when the provider counted what remains: when the call whose
 	// answer carried the headers was sent (zero: now). The budget refills
 	// from then, and is whole at At plus the reset.
@@ -56,6 +71,10 @@ type ProviderBudget struct {
 // extends the hold.
 const MaxRetryAfterHold = 60 * time.Second
 
+// ConcurrencyHold is how long a concurrency 429 with no Retry-After holds
+// the lane's grants at most (see ProviderLimits.Concurrency).
+const ConcurrencyHold = time.Second
+
 // binds reports whether anything may hold a grant back under cfg: a
 // budget, the provider's word or a hold. A lane whose calls only carry
 // estimates reads no clock for them.
@@ -73,16 +92,41 @@ type laneTokens struct {
 	// said is when the provider's headers last said anything (ns; 0:
 	// never).
 	said int64
-	// provLimit is the token limit the provider last announced (0: none):
-	// a call estimated above it is refused, whether or not the provider's
-	// budget is whole now. A reload forgets it.
-	provLimit int64
+	// provLimit is the token limit the provider last announced as its own
+	// (ProviderLimits.RefuseAbove; 0: none): until provUntil (ns), one
+	// provider window after it was last heard, a call estimated above it
+	// is refused, whether or not the provider's budget is whole now. A
+	// reload forgets it.
+	provLimit, provUntil int64
+	// conc is the gateway's last concurrency refusal (see
+	// ProviderLimits.Concurrency).
+	conc concRefusal
 	// wake looks at the queue again when a budget will have room for the
 	// call first in line.
 	wake laneTimer
 	// outputs is what the lane's calls with no output bound wrote lately;
 	// nil until one has (a pointer: the ring would make every lane larger).
 	outputs *outputs
+}
+
+// concRefusal is what the lane knows of a gateway's concurrency 429s: the
+// hold (budget.Budgets.ConcHold) ends when a call in flight other than by's
+// (at generation gen) ends.
+type concRefusal struct {
+	by       *hold
+	gen      uint64
+	inflight int   // calls in flight on the lane at the last one, its own included
+	at       int64 // when the last one was heard (ns; 0: never)
+	count    int64 // how many were heard
+}
+
+// announcedLimitLocked returns the token limit the provider announced as
+// its own while it binds at now (ns), 0 otherwise.
+func (tk *laneTokens) announcedLimitLocked(now int64) int64 {
+	if tk.provLimit > 0 && now < tk.provUntil {
+		return tk.provLimit
+	}
+	return 0
 }
 
 // tokensLocked returns the lane's token accounting, made if need be.
@@ -157,7 +201,7 @@ func (l *lane) tooLargeLocked(cfg *Config, cost int64) error {
 		budget, limit = "max_inflight_tokens", cfg.MaxInflightTokens
 	case cost > MaxCallTokens:
 		budget, limit = "max_call_tokens", MaxCallTokens
-	case l.tok != nil && l.tok.provLimit > 0 && cost > l.tok.provLimit:
+	case l.tok != nil && l.tok.provLimit > 0 && cost > l.tok.provLimit && l.tok.announcedLimitLocked(l.nowNS()) > 0:
 		budget, limit = "provider", l.tok.provLimit
 	default:
 		return nil
@@ -171,6 +215,9 @@ const (
 	WaitTokens     = "tokens"      // the lane's token budget has no room for it yet
 	WaitProvider   = "provider"    // the provider's rate-limit headers said its budget is spent
 	WaitRetryAfter = "retry_after" // a 429's Retry-After holds the lane
+	// WaitGatewayConcurrency: a gateway's concurrency 429 holds the lane
+	// until one of its calls in flight ends.
+	WaitGatewayConcurrency = "gateway_concurrency"
 )
 
 // tokensFitLocked reports whether a call estimated at cost tokens may be
@@ -191,7 +238,7 @@ func (l *lane) tokensFitAtLocked(cfg *Config, cost int64, now int64) (ok bool, w
 }
 
 // waitReasons are the snapshot's words for the budgets' reasons.
-var waitReasons = [...]string{budget.Fit: "", budget.Tokens: WaitTokens, budget.Provider: WaitProvider, budget.RetryAfter: WaitRetryAfter}
+var waitReasons = [...]string{budget.Fit: "", budget.Tokens: WaitTokens, budget.Provider: WaitProvider, budget.RetryAfter: WaitRetryAfter, budget.Concurrency: WaitGatewayConcurrency}
 
 // takeTokensLocked charges a grant estimated at cost, held by h. It
 // follows tokensFitLocked's look at the budgets under the same lock, and
@@ -211,7 +258,7 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 		return
 	}
 	tk := l.tok
-	if b, changed := BoundUsage(u, usageCeiling(l.lim.cfg.Load(), tk.provLimit)); changed {
+	if b, changed := BoundUsage(u, usageCeiling(l.lim.cfg.Load(), tk.announcedLimitLocked(l.nowNS()))); changed {
 		l.warnUsage(u, b)
 		u = b
 	}
@@ -245,8 +292,13 @@ func (l *lane) settleTokens(h *hold, gen uint64, u Usage) {
 	}
 }
 
-// releaseTokensLocked counts the end of h's call.
-func (l *lane) releaseTokensLocked(h *hold) {
+// releaseTokensLocked counts the end of h's call, which held its slot at
+// generation gen. Its end gives a gateway that refused a call for
+// concurrency room again, unless the call was the refused one.
+func (l *lane) releaseTokensLocked(h *hold, gen uint64) {
+	if c := &l.tok.conc; l.tok.ConcHold != 0 && (h != c.by || gen != c.gen) {
+		l.tok.ConcHold, c.by = 0, nil
+	}
 	l.tok.Inflight -= h.est
 	h.est, h.cost, h.settled = 0, 0, false
 }
@@ -264,7 +316,7 @@ func (l *lane) releaseTokensLocked(h *hold) {
 // process), and does nothing otherwise.
 func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits) {
 	cfg := l.cfg.Load()
-	if cfg.MaxInflight == 0 || (!pl.Tokens.Known && !pl.Requests.Known && pl.RetryAfter <= 0) {
+	if cfg.MaxInflight == 0 || (!pl.Tokens.Known && !pl.Requests.Known && pl.RetryAfter <= 0 && !pl.Concurrency) {
 		return
 	}
 	pl = BoundProviderLimits(pl, cfg.providerWindow())
@@ -295,16 +347,36 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 	if b := pl.Requests; b.Known {
 		tk.Requests = budget.Said(b.Limit, b.Remaining, b.Reset, at, calls, cfg.providerWindow())
 	}
-	if pl.Tokens.Known && pl.Tokens.Limit > 0 {
-		tk.provLimit = pl.Tokens.Limit
+	if pl.RefuseAbove && pl.Tokens.Known && pl.Tokens.Limit > 0 {
+		tk.provLimit, tk.provUntil = pl.Tokens.Limit, ns+int64(cfg.providerWindow())
 	}
-	if d := pl.RetryAfter; d > 0 {
+	switch d := pl.RetryAfter; {
+	case pl.Concurrency:
+		ln.concurrencyLocked(pl.Slot, ns, d)
+	case d > 0:
 		tk.Hold = max(tk.Hold, ns+int64(d))
 	}
 	ln.touchLocked(now)
 	if ln.q.n > 0 {
 		ln.dispatchLocked(now)
 	}
+}
+
+// concurrencyLocked records a gateway's concurrency 429 to the call of s,
+// heard at now (ns), with Retry-After d (0: none): the lane's grants wait
+// until a call in flight other than s's ends, or d passes.
+func (l *lane) concurrencyLocked(s Slot, now int64, d time.Duration) {
+	if d <= 0 {
+		d = ConcurrencyHold
+	}
+	tk, c := l.tok, &l.tok.conc
+	tk.ConcHold = max(tk.ConcHold, now+int64(d))
+	c.by, c.gen = nil, 0
+	if h := s.h; h != nil && h.lane == l && h.gen == s.gen {
+		c.by, c.gen = h, h.gen
+	}
+	c.inflight, c.at = l.slots.inflight, max(now, 1)
+	c.count++
 }
 
 // missedLocked returns what the calls that a provider's count, carried by
@@ -357,7 +429,8 @@ func (l *lane) missedLocked(s Slot) (tokens, calls float64) {
 func (l *lane) forgetProviderLocked() {
 	if tk := l.tok; tk != nil {
 		tk.Tokens, tk.Requests = budget.Mirror{}, budget.Mirror{}
-		tk.Hold, tk.said, tk.provLimit = 0, 0, 0
+		tk.Hold, tk.ConcHold, tk.said, tk.provLimit, tk.provUntil = 0, 0, 0, 0, 0
+		tk.conc = concRefusal{}
 	}
 }
 

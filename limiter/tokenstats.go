@@ -45,6 +45,35 @@ type ProviderSnapshot struct {
 	Requests *ProviderBudgetSnapshot `json:"requests"`
 	// RetryAfter is how much longer a 429's Retry-After holds the lane.
 	RetryAfter Seconds `json:"retry_after_s"`
+	// TokenLimit is the token limit the provider announced as its own,
+	// while it refuses calls estimated above it; nil otherwise.
+	TokenLimit *AnnouncedLimitSnapshot `json:"token_limit,omitempty"`
+	// Concurrency is the gateway's last concurrency 429; nil if none
+	// was heard.
+	Concurrency *ConcurrencySnapshot `json:"concurrency,omitempty"`
+}
+
+// AnnouncedLimitSnapshot is a limit the provider announced, while it binds.
+type AnnouncedLimitSnapshot struct {
+	Limit int64 `json:"limit"`
+	// Binds is how much longer it binds: one provider window after it was
+	// last heard.
+	Binds Seconds `json:"binds_s"`
+}
+
+// ConcurrencySnapshot is what the lane knows of a gateway's concurrency
+// 429s (limiter.ProviderLimits.Concurrency): the gateway's own limit on
+// calls at work is below the lane's.
+type ConcurrencySnapshot struct {
+	// InflightAt429 is how many calls the lane had in flight at the last
+	// one, the refused call included: the gateway's limit is below it.
+	InflightAt429 int `json:"inflight_at_429"`
+	// Age is how long ago the last one was heard; Count how many were.
+	Age   Seconds `json:"age_s"`
+	Count int64   `json:"count"`
+	// Hold is how much longer it holds the lane's grants at most (0: not
+	// now); a call in flight that ends ends it.
+	Hold Seconds `json:"hold_s"`
 }
 
 // ProviderBudgetSnapshot is one provider budget now.
@@ -52,4 +81,7 @@ type ProviderBudgetSnapshot struct {
 	Limit     int64   `json:"limit"`
 	Remaining int64   `json:"remaining"`
 	Reset     Seconds `json:"reset_s"`
+	// Binds is how much longer it binds the lane's grants: to its reset,
+	// and past it until it has refilled to its limit.
+	Binds Seconds `json:"binds_s"`
 }

@@ -365,7 +365,7 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 			continue // not known in time: the limiter shows what it read last
 		}
 		r, _ := v.([]any)
-		if len(r) < 16 {
+		if len(r) < 22 {
 			continue
 		}
 		num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(r[i]), 10, 64); return n }
@@ -385,8 +385,8 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 		if f, err := strconv.ParseFloat(fmt.Sprint(r[7]), 64); err == nil {
 			s.TokensInflight = int64(f)
 		}
-		s.Provider = providerOf(r[8:16])
-		for _, h := range r[16:] {
+		s.Provider = providerOf(r[8:22])
+		for _, h := range r[22:] {
 			// "class|tenant|granted|charge|weight|estimate|cost|call|grant|process|base"
 			// (lane.lua, hc; an older version's lacks base)
 			f := strings.Split(fmt.Sprint(h), "|")
@@ -400,21 +400,32 @@ func (b *Backend) Lanes(ctx context.Context, keys []string) map[string]limiter.S
 
 // providerOf reads the provider's word from the state op's fields (see
 // lane.lua): tokens and requests (remaining, limit, reset in ms), the
-// hold left (ms) and the age (ms, empty if never said).
+// hold left (ms) and the age (ms, empty if never said); a concurrency
+// 429's hold left (ms) and the calls in flight at it; the provider's own
+// token limit and how long it binds (ms; empty for none); how long the
+// tokens' and the requests' budgets bind (ms).
 func providerOf(r []any) *limiter.ProviderSnapshot {
 	str := func(i int) string { return fmt.Sprint(r[i]) }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
-	if str(7) == "" {
+	if str(7) == "" && str(10) == "" {
 		return nil
 	}
 	budget := func(i int) *limiter.ProviderBudgetSnapshot {
 		if str(i) == "" {
 			return nil
 		}
-		return &limiter.ProviderBudgetSnapshot{Remaining: num(i), Limit: num(i + 1), Reset: limiter.Seconds(float64(num(i+2)) / 1e3)}
+		return &limiter.ProviderBudgetSnapshot{Remaining: num(i), Limit: num(i + 1), Reset: limiter.Seconds(float64(num(i+2)) / 1e3),
+			Binds: limiter.Seconds(float64(num(12+i/3)) / 1e3)}
 	}
-	return &limiter.ProviderSnapshot{Age: limiter.Seconds(float64(num(7)) / 1e3), Tokens: budget(0), Requests: budget(3),
+	p := &limiter.ProviderSnapshot{Age: limiter.Seconds(float64(num(7)) / 1e3), Tokens: budget(0), Requests: budget(3),
 		RetryAfter: limiter.Seconds(float64(num(6)) / 1e3)}
+	if hold := num(8); hold > 0 {
+		p.Concurrency = &limiter.ConcurrencySnapshot{InflightAt429: int(num(9)), Hold: limiter.Seconds(float64(hold) / 1e3)}
+	}
+	if str(10) != "" {
+		p.TokenLimit = &limiter.AnnouncedLimitSnapshot{Limit: num(10), Binds: limiter.Seconds(float64(num(11)) / 1e3)}
+	}
+	return p
 }
 
 // isScriptError reports an error Redis answered (a bug), as opposed to one

@@ -21,7 +21,8 @@
 --               boot (the server's start, ms), tl and ta (the token budget's level and
 --               when it was, ms), ti (the estimates of the calls holding slots), tb
 --               (a budget is on: see adopt), pl (the token limit the provider last
---               announced: a call estimated above it is refused; op reload clears
+--               announced as its own: a call estimated above it is refused until px,
+--               one provider window after it was last heard; op reload clears
 --               it), ms (a call has named a tenant: grants are charged from then
 --               on), ex (when every key's expiry was last renewed, ms) and cp (the
 --               cap whose counts i: keeps: see recount), sw (a bound on the earliest
@@ -86,7 +87,7 @@ local A = 11 -- the op's arguments are ARGV[A + 1] on
 -- written: the keys the call wrote (see wr); meta: what it read of m (see
 -- begin); the rest are read once, when first needed, and kept for the call.
 local written, lasting, mw, meta, quietness, nq, pl, inTokens, tokenLevel, prov, provRead, budgeted, skip, measuredNow, swept, ti, shared, seq
-local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr', 'since', 'ti', 'tl', 'ta', 'seq'}
+local metaFields = {'boot', 'pl', 'tb', 'lane', 'ms', 'ex', 'cp', 'sw', 'pu', 'pr', 'since', 'ti', 'tl', 'ta', 'seq', 'px'}
 
 -- begin sets the call's state from its keys and arguments (see the top).
 local function begin(keys, args)
@@ -114,6 +115,8 @@ local function begin(keys, args)
   ti = tonumber(r[12] or '') or 0 -- see inflightTokens
   seq = tonumber(r[15] or '') or 0 -- see nextSeq
   pl = tonumber(meta.pl or '') or 0 -- the provider's last announced token limit (0: none)
+  meta.px = tonumber(r[16] or '') or 0 -- until when pl binds (ms): a window after it was last heard
+  if pl > 0 and now >= meta.px then pl = 0 end
   budgeted = tpm > 0 or maxtok > 0 -- see adopt
   measuredNow = meta.ms ~= false -- see hold
   swept = meta.sw == 'n' and math.huge or tonumber(meta.sw or '') -- see sweep
@@ -333,7 +336,10 @@ local function setLevel(l)
 end
 -- The provider's word (op limits): what the rate-limit headers of an answer
 -- said of the lane's budgets at the provider, whichever process's call it
--- was, kept in key pv as "tokens|requests|hold|said". Each budget is a
+-- was, kept in key pv as "tokens|requests|hold|said|ch|cb|cn". ch is when a
+-- gateway's concurrency 429 stops holding grants at the latest: it stops
+-- at the end of any call in flight but the refused one, cb (see unhold);
+-- cn is how many calls were in flight at it. Each budget is a
 -- mirror, "level|at|limit|rate|until" (tokens, ms, tokens per ms; all empty
 -- when not said): the level as of at, refilling at rate towards the limit,
 -- so as to be whole at the reset (until), less what the lane granted since.
@@ -371,13 +377,14 @@ local function saveProvider()
   local p = prov
   if not mactive(p.t) then p.t = nil end
   if not mactive(p.q) then p.q = nil end
-  if p.t == nil and p.q == nil and now >= p.hold then
+  if now >= p.ch then p.ch, p.cb, p.cn = 0, '', 0 end
+  if p.t == nil and p.q == nil and now >= p.hold and p.ch == 0 then
     redis.call('DEL', PV)
     redis.call('HDEL', M, 'pu')
     prov = nil
   else
-    local life = math.max(1, math.ceil(math.max(mbinds(p.t), mbinds(p.q), p.hold - now)))
-    redis.call('SET', PV, mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said, 'PX', life)
+    local life = math.max(1, math.ceil(math.max(mbinds(p.t), mbinds(p.q), p.hold - now, p.ch - now)))
+    redis.call('SET', PV, mirrorStr(p.t) .. '|' .. mirrorStr(p.q) .. '|' .. p.hold .. '|' .. p.said .. '|' .. p.ch .. '|' .. p.cb .. '|' .. p.cn, 'PX', life)
     wr('HSET', M, 'pu', now + life)
   end
 end
@@ -396,9 +403,10 @@ local function provider()
     if pu == nil and meta.ex ~= false then return nil end
     local v = redis.call('GET', PV)
     if v then
-      local f = fields(v, 12)
-      prov = {t = mirrorOf(f, 1), q = mirrorOf(f, 6), hold = tonumber(f[11]), said = tonumber(f[12])}
-      if not mactive(prov.t) and not mactive(prov.q) and now >= prov.hold then
+      local f = fields(v, 15)
+      prov = {t = mirrorOf(f, 1), q = mirrorOf(f, 6), hold = tonumber(f[11]), said = tonumber(f[12]),
+        ch = tonumber(f[13]) or 0, cb = f[14] or '', cn = tonumber(f[15]) or 0}
+      if not mactive(prov.t) and not mactive(prov.q) and now >= prov.hold and now >= prov.ch then
         saveProvider() -- it binds nothing any more: forget it
       end
     end
@@ -411,7 +419,7 @@ end
 local function provFits(cost)
   local p = provider()
   if p == nil then return true end
-  if now < p.hold then return false end
+  if now < p.hold or now < p.ch then return false end
   if mactive(p.t) and mlevel(p.t) + 1e-6 < (p.t.m > 0 and math.min(cost, p.t.m) or cost) then return false end
   if mactive(p.q) and mlevel(p.q) + 1e-6 < 1 then return false end
   return true
@@ -495,6 +503,13 @@ end
 -- unhold gives back holder id's slot, and settles its tenant's service:
 -- its slot-time, less what its grant was charged.
 local function unhold(id)
+  -- A call's end gives a gateway that refused one for concurrency room
+  -- again, unless it is the refused call's.
+  local p = provider()
+  if p ~= nil and now < p.ch and p.cb ~= id then
+    p.ch = 0
+    saveProvider()
+  end
   local v = redis.call('HGET', HC, id)
   local n = redis.call('ZREM', H, id)
   if v then
@@ -1171,7 +1186,11 @@ function ops.limits()
   -- ARGV A+1 the id of the slot whose answer carried the headers, then for
   -- tokens (+2..+5) and requests (+6..+9): known (1 or 0), limit, remaining,
   -- reset (ms, at most the window); +10 a 429's Retry-After (ms, at most
-  -- 60 s; 0: none); +11 the provider's window (ms). The provider counted
+  -- 60 s; 0: none); +11 the provider's window (ms); +12 '1' for a
+  -- concurrency 429 (its hold ends at the end of a call in flight other
+  -- than id's, or at its Retry-After: 1 s with none); +13 '1' when the
+  -- headers are the provider's own (its token limit refuses larger calls
+  -- for a window). The provider counted
   -- when that call arrived, as of its grant here. Its count holds that
   -- call, and every call whose own answer was reported here before that
   -- call was granted (it reached the provider before that one was sent);
@@ -1200,7 +1219,7 @@ function ops.limits()
     end
   end
   provider()
-  local p = prov or {hold = 0}
+  local p = prov or {hold = 0, ch = 0, cb = '', cn = 0}
   local window = tonumber(ARGV[A + 11])
   local function set(i, since, old)
     if ARGV[A + i] ~= '1' then return old end
@@ -1213,12 +1232,17 @@ function ops.limits()
     return x
   end
   p.t, p.q = set(2, toks, p.t), set(6, calls, p.q)
-  if ARGV[A + 2] == '1' and tonumber(ARGV[A + 3]) > 0 then
+  if ARGV[A + 13] == '1' and ARGV[A + 2] == '1' and tonumber(ARGV[A + 3]) > 0 then
     pl = tonumber(ARGV[A + 3])
-    wr('HSET', M, 'pl', ARGV[A + 3])
+    wr('HSET', M, 'pl', ARGV[A + 3], 'px', now + window)
   end
   local ra = tonumber(ARGV[A + 10])
-  if ra > 0 then p.hold = math.max(p.hold, now + ra) end
+  if ARGV[A + 12] == '1' then
+    if ra <= 0 then ra = 1000 end
+    p.ch, p.cb, p.cn = math.max(p.ch, now + ra), id, redis.call('ZCARD', H)
+  elseif ra > 0 then
+    p.hold = math.max(p.hold, now + ra)
+  end
   p.said = now
   prov = p
   saveProvider()
@@ -1233,7 +1257,7 @@ function ops.reload()
   -- what the new settings allow. It scans the queue, as an in-process
   -- lane's reload does.
   redis.call('DEL', PV)
-  redis.call('HDEL', M, 'pl', 'pu')
+  redis.call('HDEL', M, 'pl', 'pu', 'px')
   pl = 0
   prov, provRead = nil, true
   -- A bucket made smaller owes at most its new size, as always.
@@ -1359,6 +1383,15 @@ function ops.state()
   end
   out[#out + 1] = tostring(p and math.max(0, p.hold - now) or 0)
   out[#out + 1] = p and tostring(now - p.said) or ''
+  -- then a concurrency 429's hold left (ms) and the calls in flight at it;
+  -- the provider's own token limit and how long it binds (ms), '' for none.
+  out[#out + 1] = tostring(p and math.max(0, p.ch - now) or 0)
+  out[#out + 1] = tostring(p and p.cn or 0)
+  out[#out + 1] = pl > 0 and tostring(pl) or ''
+  out[#out + 1] = pl > 0 and tostring(meta.px - now) or ''
+  -- then how long the tokens' and requests' budgets bind (ms).
+  out[#out + 1] = tostring(math.ceil(p and mbinds(p.t) or 0))
+  out[#out + 1] = tostring(math.ceil(p and mbinds(p.q) or 0))
   for _, v in ipairs(redis.call('HVALS', HC)) do out[#out + 1] = v end
   return out
 end

@@ -93,7 +93,14 @@ func (l *lease) RecordLimits(pl limiter.ProviderLimits) {
 			window = cfg.ProviderWindow
 		}
 	}
-	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds(), window.Milliseconds())
+	flag := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	args := append(append(budget(pl.Tokens), budget(pl.Requests)...), max(0, pl.RetryAfter).Milliseconds(), window.Milliseconds(),
+		flag(pl.Concurrency), flag(pl.RefuseAbove))
 	if local := l.report("limits", args...); local != nil {
 		pl.Slot = *local // the fallback lane's own slot: its count holds this call
 		l.b.local.RecordLimits(context.Background(), local.Lane(), pl)

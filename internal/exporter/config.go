@@ -121,6 +121,18 @@ type Upstream struct {
 	// (gen_ai.provider.name: openai, anthropic, aws.bedrock, ...); "" means
 	// openai, or anthropic for /messages.
 	Provider string `yaml:"provider"`
+	// CancelPropagates says the upstream stops a call's work when its
+	// client goes away. false (the default, and LiteLLM's behaviour): a
+	// call whose client leaves after it was sent keeps its slot until the
+	// upstream's answer ends (read and discarded), so that the backend
+	// never has more calls at work than the lane's limit.
+	CancelPropagates bool `yaml:"cancel_propagates"`
+	// Headers says whose rate-limit headers the upstream sends: gateway
+	// (the default: a gateway's own accounting, as LiteLLM's rpm/tpm;
+	// its budgets bind grants, its announced limit refuses no call),
+	// provider (the provider's API itself: a call estimated above its
+	// announced token limit is refused too) or ignore.
+	Headers string `yaml:"headers"`
 }
 
 // MetricsConfig sets the metric name prefix.
@@ -372,6 +384,9 @@ func (c *Config) check() error {
 		c.Upstreams[i].BaseURL = limiter.CanonicalBase(u.BaseURL) // as every lane key spells it
 		if u.Capacity < 0 {
 			return keyErr(k+".capacity", "is %d: want 0 (unknown) or more", u.Capacity)
+		}
+		if _, err := lanehttp.ParseHeaderSource(u.Headers); err != nil {
+			return keyErr(k+".headers", "is %q: want gateway (the default), provider or ignore", u.Headers)
 		}
 		for j, m := range u.Models {
 			if _, err := path.Match(m, ""); err != nil || m == "" {

@@ -61,7 +61,9 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 		Recall:                 s.recall,
 		DefaultMaxOutputTokens: cfg.Limiter.DefaultMaxOutputTokens,
 		ServerTiming:           cfg.Proxy.ServerTiming == nil || *cfg.Proxy.ServerTiming,
+		CancelPropagates:       u.CancelPropagates,
 	}
+	up.lanes.RateLimitHeaders, _ = lanehttp.ParseHeaderSource(u.Headers) // checked
 	up.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out.URL

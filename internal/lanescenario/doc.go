@@ -16,6 +16,7 @@
 //	cancel id=a1               (the caller gives up)
 //	settle id=a1 used=200      (Slot.Settle: what the call used)
 //	limits id=a1 tokens=limit/remaining/reset requests=... retry-after=5s
+//	       [concurrency] [refuse]  (a concurrency 429; the provider's own headers)
 //	snapshot
 //	only local why="..."       (the rest of the file is this engine's alone)
 //

@@ -112,6 +112,12 @@ func (r *runner) state(t *testing.T, out *strings.Builder) {
 			if p.RetryAfter > 0 {
 				parts = append(parts, fmt.Sprintf("held for %.1fs", float64(p.RetryAfter)))
 			}
+			if c := p.Concurrency; c != nil && c.Hold > 0 {
+				parts = append(parts, fmt.Sprintf("held by a concurrency 429 (%d in flight at it) for at most %.1fs", c.InflightAt429, float64(c.Hold)))
+			}
+			if l := p.TokenLimit; l != nil {
+				parts = append(parts, fmt.Sprintf("calls above %d tokens refused for %.1fs", l.Limit, float64(l.Binds)))
+			}
 			if len(parts) > 0 {
 				fmt.Fprintf(out, "provider: %s\n", strings.Join(parts, "; "))
 			}
@@ -254,6 +260,9 @@ func (r *runner) waitsFor(ws []waiting, s limiter.LaneSnapshot) string {
 	}
 	if tk := s.Tokens; tk != nil && tk.Provider != nil && tk.Provider.RetryAfter > 0 {
 		return "the provider's retry-after"
+	}
+	if tk := s.Tokens; tk != nil && tk.Provider != nil && tk.Provider.Concurrency != nil && tk.Provider.Concurrency.Hold > 0 {
+		return "a call in flight to end (the gateway's concurrency 429)"
 	}
 	if r.cfg.TokensPerMinute > 0 || r.cfg.MaxInflightTokens > 0 {
 		return "tokens"

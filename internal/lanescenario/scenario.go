@@ -372,6 +372,12 @@ func (r *runner) limits(t *testing.T, td *datadriven.TestData) {
 		switch a.Key {
 		case "id", "differs":
 			continue
+		case "concurrency": // a gateway's concurrency 429 (see ProviderLimits.Concurrency)
+			pl.Concurrency = true
+			continue
+		case "refuse": // the headers are the provider's own (ProviderLimits.RefuseAbove)
+			pl.RefuseAbove = true
+			continue
 		case "tokens":
 			b = &pl.Tokens
 		case "requests":

@@ -23,6 +23,9 @@ type exchange struct {
 	attempt attempt            // for retry recognition
 	cancel  context.CancelFunc // cancels the upstream request
 	sent    time.Time
+	wait    time.Duration // the call's wait for its slot
+	// headerTimer guards the wait for the response headers.
+	headerTimer limiter.Timer
 	// call is what the exchange's report says of its call (began, path;
 	// the rest at the end): in the exchange, which is on the heap anyway.
 	call   limiter.ExchangeCall
@@ -46,6 +49,11 @@ type exchange struct {
 	reading   atomic.Int32 // Reads in progress: with none, a quiet body is the caller's doing
 	stalled   atomic.Bool  // the upstream went quiet while the caller read
 	stopped   atomic.Bool  // the caller stopped reading
+	// rmu orders the caller's reads of rc against the drain's, once the
+	// caller has left (see abandon); draining is set then.
+	rmu      sync.Mutex
+	draining atomic.Bool
+	left     limiter.Outcome // what the caller's leaving counts as (set before draining)
 
 	// mu orders finish against the stall timer, which may re-arm itself;
 	// the slot is released exactly once, under done.
@@ -78,6 +86,18 @@ func (x *exchange) gotConn(info httptrace.GotConnInfo) {
 }
 
 func (x *exchange) Read(p []byte) (int, error) {
+	x.rmu.Lock()
+	if x.draining.Load() {
+		x.rmu.Unlock()
+		return 0, &StallError{Lane: x.lane, Phase: "caller", After: x.t.StallTimeout}
+	}
+	n, err := x.read(p)
+	x.rmu.Unlock()
+	return n, err
+}
+
+// read reads rc for the caller or the drain, with rmu held.
+func (x *exchange) read(p []byte) (int, error) {
 	x.reading.Add(1)
 	n, err := x.rc.Read(p)
 	x.reading.Add(-1)
@@ -96,7 +116,11 @@ func (x *exchange) Read(p []byte) (int, error) {
 	case err == nil:
 	case err == io.EOF:
 		x.eof.Store(true)
-		x.finish(x.statusOutcome())
+		o := x.statusOutcome()
+		if o == limiter.OutcomeOK && x.draining.Load() {
+			o = x.left // its caller left before the end
+		}
+		x.finish(o)
 	case x.lost.Load():
 		err = &lostError{lane: x.lane}
 		x.finish(limiter.OutcomeCanceled)
@@ -119,11 +143,14 @@ func (x *exchange) Read(p []byte) (int, error) {
 // [DONE]") and close it before the transport sees EOF, and telling that
 // from giving up would mean parsing every API's stream format.
 func (x *exchange) Close() error {
-	err := x.rc.Close()
 	o := x.statusOutcome()
 	if o == limiter.OutcomeOK && (x.ctx.Err() != nil || x.firstByte.Load() == 0) {
 		o = limiter.OutcomeCanceled
 	}
+	if x.abandon(o) {
+		return nil
+	}
+	err := x.rc.Close()
 	x.finish(o)
 	return err
 }
@@ -174,8 +201,60 @@ func (x *exchange) check() {
 	}
 	x.stopped.Store(true)
 	x.mu.Unlock()
+	if x.abandon(limiter.OutcomeClientStall) {
+		return // the upstream goes on: its answer is read and discarded
+	}
 	x.cancel()
 	x.finish(limiter.OutcomeClientStall)
+}
+
+// abandon takes over the answer of a caller that left before its end
+// (closed the body, or stopped reading), unless the upstream stops the
+// work when its client goes (CancelPropagates): the rest is read and
+// discarded on a goroutine of its own, within the stall timeout, and the
+// slot is given back when it ends, so that the upstream never has more
+// calls at work than the lane's limit. The exchange's outcome is then o,
+// unless the upstream's answer says worse. It reports whether it did
+// (false also once the exchange is over); a second call does nothing.
+func (x *exchange) abandon(o limiter.Outcome) bool {
+	if x.t.CancelPropagates || x.eof.Load() {
+		return false
+	}
+	x.mu.Lock()
+	if x.done || x.draining.Load() {
+		x.mu.Unlock()
+		return !x.done
+	}
+	x.left = o
+	x.draining.Store(true) // after left: whoever sees it set reads left
+	x.mu.Unlock()
+	x.slot.Abandon()
+	go x.drain()
+	return true
+}
+
+// drain reads the rest of an abandoned answer and discards it (its usage
+// still settles the call's tokens), then finishes the exchange.
+func (x *exchange) drain() {
+	buf := make([]byte, 4<<10)
+	for {
+		x.rmu.Lock()
+		n, err := x.read(buf)
+		if n > 0 && x.left == limiter.OutcomeOK {
+			// More came: the caller left before the end (not an SDK
+			// closing a stream at its end marker).
+			x.left = limiter.OutcomeCanceled
+		}
+		x.rmu.Unlock()
+		if err == nil {
+			continue
+		}
+		// read finished the exchange at the end of the body or on an
+		// error; the caller's leaving is the outcome that counts.
+		x.rc.Close()
+		x.finish(x.left)
+		return
+	}
 }
 
 // finish releases the slot, stops the guards and reports the exchange,

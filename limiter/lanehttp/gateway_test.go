@@ -152,7 +152,10 @@ func newRig(t *testing.T, cfg limiter.Config) *rig {
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
 	r.lim = lim
-	r.tr = &lanehttp.Transport{Limiter: lim, Base: base}
+	// The test gateway stops a call's work when its client goes (its
+	// handlers watch the request's context): the tests of the abandoned
+	// call's hold (abandon_test.go) turn this off.
+	r.tr = &lanehttp.Transport{Limiter: lim, Base: base, CancelPropagates: true}
 	r.hc = &http.Client{Transport: r.tr}
 	r.gw = newGateway(t)
 	return r

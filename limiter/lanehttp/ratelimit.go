@@ -1,6 +1,7 @@
 package lanehttp
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -95,4 +96,117 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return max(0, t.Sub(now))
 	}
 	return 0
+}
+
+// HeaderSource says whose rate-limit headers an upstream sends, and so
+// what the lane makes of them (Transport.RateLimitHeaders).
+type HeaderSource int
+
+const (
+	// HeadersGateway, the default, takes the headers for a gateway's own
+	// accounting (LiteLLM's rpm and tpm settings): the budgets they
+	// announce bind the lane's grants, but a call estimated above the
+	// announced token limit is not refused, since the gateway counts what
+	// a call used, not what it might use; it waits until the budget is
+	// whole instead.
+	HeadersGateway HeaderSource = iota
+	// HeadersProvider takes them for the provider's own (its API refuses
+	// a request larger than its per-minute limit): a call estimated above
+	// the announced token limit is also refused at once, for one provider
+	// window after the limit was last heard.
+	HeadersProvider
+	// HeadersIgnore reads no budgets from them; a 429 still holds the
+	// lane (a concurrency refusal until a call ends, a rate limit by its
+	// Retry-After).
+	HeadersIgnore
+)
+
+// ParseHeaderSource reads "gateway", "provider" or "ignore" ("" is the
+// default, gateway).
+func ParseHeaderSource(s string) (HeaderSource, error) {
+	switch s {
+	case "", "gateway":
+		return HeadersGateway, nil
+	case "provider":
+		return HeadersProvider, nil
+	case "ignore":
+		return HeadersIgnore, nil
+	}
+	return 0, fmt.Errorf("rate-limit headers %q: want provider, gateway or ignore", s)
+}
+
+func (s HeaderSource) String() string {
+	switch s {
+	case HeadersProvider:
+		return "provider"
+	case HeadersIgnore:
+		return "ignore"
+	}
+	return "gateway"
+}
+
+// MaxRefusalPeek bounds how much of a 429's body is read to tell a
+// concurrency refusal from a rate limit; the caller still gets all of it.
+const MaxRefusalPeek = 4 << 10
+
+// ReadLimits returns what an answer of status says of the lane's limits at
+// the upstream, as RateLimits reads its headers, from a source of src;
+// for a 429 it also tells a concurrency refusal from a rate limit (see
+// IsConcurrencyRefusal), from the headers and body, the start of the
+// answer's body (at most MaxRefusalPeek bytes).
+func ReadLimits(h http.Header, status int, body []byte, now time.Time, src HeaderSource) (limiter.ProviderLimits, bool) {
+	pl, ok := RateLimits(h, status, now)
+	if src == HeadersIgnore {
+		pl.Tokens, pl.Requests = limiter.ProviderBudget{}, limiter.ProviderBudget{}
+		ok = pl.RetryAfter > 0
+	}
+	pl.RefuseAbove = src == HeadersProvider
+	if status == http.StatusTooManyRequests && IsConcurrencyRefusal(h, body) {
+		pl.Concurrency, ok = true, true
+	}
+	return pl, ok
+}
+
+// IsConcurrencyRefusal reports whether a 429 with headers h and body (its
+// start) refused the call for the number of calls at work at the gateway
+// rather than for a rate: its body names a parallel or concurrency limit
+// (LiteLLM's "Max parallel request limit reached"), or its headers give no
+// remaining count at 0 (or below) and no reset time, as a rate limit's do
+// (OpenAI's x-ratelimit-remaining-requests: 0 with x-ratelimit-reset-
+// requests; Anthropic's anthropic-ratelimit-*-remaining and -reset).
+func IsConcurrencyRefusal(h http.Header, body []byte) bool {
+	if namesParallelLimit(body) {
+		return true
+	}
+	for k, vs := range h {
+		k = strings.ToLower(k)
+		if !strings.Contains(k, "ratelimit") || len(vs) == 0 {
+			continue
+		}
+		if strings.Contains(k, "reset") {
+			return false
+		}
+		if strings.Contains(k, "remaining") {
+			if n, err := strconv.ParseFloat(strings.TrimSpace(vs[0]), 64); err == nil && n <= 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// parallelWords are what a concurrency refusal's message says, lower case.
+var parallelWords = []string{"parallel request", "max_parallel", "concurrent request", "concurrency limit", "too many concurrent"}
+
+func namesParallelLimit(body []byte) bool {
+	if len(body) == 0 {
+		return false
+	}
+	b := strings.ToLower(string(body[:min(len(body), MaxRefusalPeek)]))
+	for _, w := range parallelWords {
+		if strings.Contains(b, w) {
+			return true
+		}
+	}
+	return false
 }

@@ -154,6 +154,7 @@ func TestProviderHeaders(t *testing.T) {
 		if calls.Add(1) == 1 {
 			w.Header().Set("retry-after-ms", "2500")
 			w.Header().Set("Retry-After", "3")
+			w.Header().Set("x-ratelimit-reset-requests", "2.5s") // a rate limit's, not a concurrency refusal
 			w.WriteHeader(http.StatusTooManyRequests)
 			fmt.Fprint(w, `{"error":{"message":"Rate limit reached","type":"tokens","code":"rate_limit_exceeded"}}`)
 			return

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +79,21 @@ type Transport struct {
 	// Recall, if set, is the memory of recent calls to use (and share),
 	// in place of one of the Transport's own made from RetryWindow.
 	Recall *Recall
+
+	// CancelPropagates says that the upstream stops a call's work when
+	// its client goes away. Without it (the default: LiteLLM, for one,
+	// goes on calling its backend), a call whose caller leaves after it
+	// was sent keeps its slot, and its request, until the upstream's
+	// answer ends: the rest is read and discarded, within the header and
+	// stall timeouts, and the slot shows as abandoned
+	// (limiter.Slot.Abandon). So the upstream never has more calls at
+	// work than the lane's limit. With it, the request is canceled and
+	// the slot given back at once.
+	CancelPropagates bool
+
+	// RateLimitHeaders says whose rate-limit headers the upstream sends
+	// (see HeaderSource); the zero value is HeadersGateway.
+	RateLimitHeaders HeaderSource
 
 	// DefaultMaxOutputTokens is the output bound of a call whose body
 	// names none (max_completion_tokens, max_tokens, max_output_tokens),
@@ -376,17 +390,20 @@ func (t *Transport) refusal(req *http.Request, lane string, err error) *http.Res
 func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission) (*http.Response, error) {
 	body, lane, slot, at := a.body, a.lane, a.slot, a.at
 	clock := t.Limiter.Clock()
-	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, cancel: func() {}, sent: clock.Now(), reqBytes: len(body),
-		est: a.est, scan: newUsageScan(), call: limiter.ExchangeCall{Began: a.began, Path: req.URL.Path}}
+	x := &exchange{t: t, clock: clock, ctx: req.Context(), lane: lane, slot: slot, attempt: at, sent: clock.Now(), reqBytes: len(body),
+		est: a.est, scan: newUsageScan(), call: limiter.ExchangeCall{Began: a.began, Path: req.URL.Path}, wait: a.wait}
 	x.retry = at.retry // recognised from this transport's memory, never from what the client claims
-	// The trace learns the connection, for finish to close (see there).
-	upCtx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: x.gotConn})
-	lost := slot.Lost()
-	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 || lost != nil {
-		// The guards end a stalled exchange by canceling its request, and
-		// so does the loss of a shared slot.
-		upCtx, x.cancel = context.WithCancel(upCtx)
+	// The upstream request lives on when its caller leaves, unless the
+	// upstream stops the work when its client goes (CancelPropagates):
+	// the slot stands for work at the backend (see abandon).
+	upCtx := req.Context()
+	if !t.CancelPropagates {
+		upCtx = context.WithoutCancel(upCtx)
 	}
+	// The trace learns the connection, for finish to close (see there);
+	// the guards, a lost shared slot and finish end the request by
+	// canceling it.
+	upCtx, x.cancel = context.WithCancel(httptrace.WithClientTrace(upCtx, &httptrace.ClientTrace{GotConn: x.gotConn}))
 	out := req.WithContext(upCtx) // a copy: a RoundTripper must not modify the caller's request
 	// A NopCloser around a bytes.Reader is a body net/http knows is in
 	// memory: it writes the headers and the body in one write (one
@@ -396,7 +413,7 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
 
-	if lost != nil {
+	if lost := slot.Lost(); lost != nil {
 		x.over = make(chan struct{})
 		go func() {
 			select {
@@ -407,18 +424,54 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 			}
 		}()
 	}
-	var headerTimer limiter.Timer
 	if t.ResponseHeaderTimeout > 0 || t.StallTimeout > 0 {
 		x.guard = x.check // one func value for both guards' timers
 	}
 	if d := t.ResponseHeaderTimeout; d > 0 {
-		headerTimer = clock.AfterFunc(d, x.guard)
+		x.headerTimer = clock.AfterFunc(d, x.guard)
 	}
-	res, err := base.RoundTrip(out)
+	done := req.Context().Done()
+	if t.CancelPropagates || done == nil {
+		res, err := base.RoundTrip(out)
+		return x.answer(res, err)
+	}
+	// The caller may leave before the headers: it gets its error at once,
+	// and the exchange goes on without it, its answer read and discarded.
+	ch := make(chan roundTrip, 1)
+	go func() {
+		res, err := base.RoundTrip(out)
+		ch <- roundTrip{res, err}
+	}()
+	select {
+	case r := <-ch:
+		return x.answer(r.res, r.err)
+	case <-done:
+		x.slot.Abandon()
+		go func() {
+			r := <-ch
+			if res, err := x.answer(r.res, r.err); err == nil {
+				res.Body.Close() // x: it reads the rest and discards it (abandon)
+			}
+		}()
+		return nil, context.Cause(req.Context())
+	}
+}
+
+// roundTrip is the outcome of the base transport's RoundTrip.
+type roundTrip struct {
+	res *http.Response
+	err error
+}
+
+// answer takes the upstream's answer to the exchange's request: headers
+// (res) or err. It returns the response to hand the caller, its body the
+// exchange, or the error, the exchange then finished.
+func (x *exchange) answer(res *http.Response, err error) (*http.Response, error) {
+	t, clock, lane := x.t, x.clock, x.lane
 	if res != nil {
 		x.http1 = res.ProtoMajor == 1
 	}
-	if headerTimer != nil && !headerTimer.Stop() {
+	if x.headerTimer != nil && !x.headerTimer.Stop() {
 		// It fired: the headers were late, whatever RoundTrip returned.
 		if res != nil {
 			res.Body.Close()
@@ -432,7 +485,7 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 			err, outcome = &lostError{lane: lane}, limiter.OutcomeCanceled
 		case errors.Is(err, ErrStall):
 			outcome = limiter.OutcomeStall
-		case req.Context().Err() != nil:
+		case x.ctx.Err() != nil:
 			outcome = limiter.OutcomeCanceled
 		}
 		x.finish(outcome)
@@ -440,19 +493,22 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	}
 
 	if t.ServerTiming {
-		t.serverTiming(res.Header, lane, a.wait, clock.Now().Sub(x.sent))
+		t.serverTiming(res.Header, lane, x.wait, clock.Now().Sub(x.sent))
 	}
 	x.status = res.StatusCode
 	x.stream = strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
-	if pl, ok := RateLimits(res.Header, res.StatusCode, clock.Now()); ok {
-		pl.At = x.sent // the provider counted when the call arrived
-		pl.Slot = slot // a shared lane's store knows when it was granted
-		t.Limiter.RecordLimits(req.Context(), lane, pl)
+	var peek []byte
+	if res.StatusCode == http.StatusTooManyRequests && res.Body != nil {
+		peek = x.peekRefusal(res)
 	}
-	if v := res.Header.Get("Retry-After"); v != "" && res.StatusCode >= 400 {
-		if secs, err := strconv.Atoi(v); err == nil && secs > 0 {
-			x.retryAfter = time.Duration(min(secs, int(limiter.MaxRetryAfterHold/time.Second))) * time.Second
-		}
+	if pl, ok := ReadLimits(res.Header, res.StatusCode, peek, clock.Now(), t.RateLimitHeaders); ok {
+		pl.At = x.sent   // the provider counted when the call arrived
+		pl.Slot = x.slot // a shared lane's store knows when it was granted
+		t.Limiter.RecordLimits(x.ctx, lane, pl)
+	}
+	if res.StatusCode >= 400 {
+		x.retryAfter = retryAfter(res.Header, clock.Now())
+		x.retryAfter = min(x.retryAfter, limiter.MaxRetryAfterHold)
 	}
 	x.rc = res.Body
 	if x.rc == nil {
@@ -468,6 +524,36 @@ func (t *Transport) send(base http.RoundTripper, req *http.Request, a *admission
 	res.Body = x
 	return res, nil
 }
+
+// peekRefusal reads the start of a 429's body (at most MaxRefusalPeek
+// bytes, within the stall timeout or a second), so that its words can say
+// what refused the call, and puts it back in front of the rest.
+func (x *exchange) peekRefusal(res *http.Response) []byte {
+	d := x.t.StallTimeout
+	if d <= 0 || d > time.Second {
+		d = time.Second
+	}
+	late := x.clock.AfterFunc(d, x.cancel)
+	buf := make([]byte, MaxRefusalPeek)
+	n, err := io.ReadFull(res.Body, buf)
+	late.Stop()
+	buf = buf[:n]
+	rest := io.Reader(res.Body)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		rest = errReader{err}
+	}
+	res.Body = peeked{Reader: io.MultiReader(bytes.NewReader(buf), rest), Closer: res.Body}
+	return buf
+}
+
+type peeked struct {
+	io.Reader
+	io.Closer
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // replay is a request body replayed from memory.
 type replay struct {

@@ -348,14 +348,14 @@ func TestCallerThatStopsReadingFreesSlot(t *testing.T) {
 }
 
 // waitInRead waits until a goroutine is blocked inside the lane transport's
-// response body Read, so that a test can move the fake clock knowing the
+// response body read (the caller's, or the drain's of an abandoned call), so that a test can move the fake clock knowing the
 // caller is reading.
 func waitInRead(t *testing.T) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		n := runtime.Stack(buf, true)
-		if bytes.Contains(buf[:n], []byte("lanehttp.(*exchange).Read(")) {
+		if bytes.Contains(buf[:n], []byte("lanehttp.(*exchange).read(")) {
 			return
 		}
 		if time.Now().After(deadline) {

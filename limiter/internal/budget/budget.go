@@ -94,6 +94,19 @@ func (m *Mirror) Expire(now int64) {
 	}
 }
 
+// BindsFor returns how long from now (ns) the budget binds: to its reset,
+// and past it until it has refilled to its limit (0: it does not).
+func (m *Mirror) BindsFor(now int64) int64 {
+	if !m.Active(now) {
+		return 0
+	}
+	d := m.Until - now
+	if m.Rate > 0 && m.Limit > 0 {
+		d = max(d, int64(math.Ceil((m.Limit-m.LevelAt(now))/m.Rate)))
+	}
+	return max(0, d)
+}
+
 // LevelAt returns the budget's level at now.
 func (m *Mirror) LevelAt(now int64) float64 {
 	v := m.Level + m.Rate*float64(now-m.At)
@@ -134,10 +147,11 @@ type Reason int
 
 // The reasons.
 const (
-	Fit        Reason = iota // nothing: it fits
-	Tokens                   // the lane's own budgets
-	Provider                 // the provider's budgets
-	RetryAfter               // a 429's Retry-After holds the lane
+	Fit         Reason = iota // nothing: it fits
+	Tokens                    // the lane's own budgets
+	Provider                  // the provider's budgets
+	RetryAfter                // a 429's Retry-After holds the lane
+	Concurrency               // a gateway's concurrency 429 holds the lane
 )
 
 // Budgets are what may hold a lane's grants back for tokens.
@@ -145,9 +159,11 @@ type Budgets struct {
 	Inflight int64 // the estimates of the calls holding slots
 	Bucket   Bucket
 	// Tokens and Requests are the provider's budgets; Hold is when a
-	// 429's Retry-After ends.
+	// rate limit's 429 stops holding grants (its Retry-After), ConcHold
+	// when a concurrency 429's does at the latest (the caller ends it
+	// sooner, when a call in flight ends).
 	Tokens, Requests Mirror
-	Hold             int64
+	Hold, ConcHold   int64
 	// At is the time of the last Advance: a grant follows it at once,
 	// under the same lock, and is charged then.
 	At int64
@@ -157,7 +173,7 @@ type Budgets struct {
 // lane's configuration (budgeted) aside: the provider's word or a hold. A
 // lane whose calls only carry estimates reads no clock for them.
 func (b *Budgets) Binds(budgeted bool) bool {
-	return budgeted || b.Tokens.On || b.Requests.On || b.Hold != 0
+	return budgeted || b.Tokens.On || b.Requests.On || b.Hold != 0 || b.ConcHold != 0
 }
 
 // Fits reports whether a call estimated at cost tokens may be granted at
@@ -167,6 +183,9 @@ func (b *Budgets) Binds(budgeted bool) bool {
 func (b *Budgets) Fits(now, cost, maxInflight int64) (Reason, int64) {
 	if now < b.Hold {
 		return RetryAfter, b.Hold
+	}
+	if now < b.ConcHold {
+		return Concurrency, b.ConcHold
 	}
 	c := float64(cost)
 	if maxInflight > 0 && b.Inflight > 0 && b.Inflight+cost > maxInflight {
@@ -193,6 +212,9 @@ func (b *Budgets) Advance(now int64) {
 	b.At = now
 	if now >= b.Hold {
 		b.Hold = 0
+	}
+	if now >= b.ConcHold {
+		b.ConcHold = 0
 	}
 	if b.Bucket.On {
 		b.Bucket.Refill(now)
