@@ -47,6 +47,12 @@ const (
 	// apart so that an operator looks at the provider's limit, not at
 	// tokens_per_minute; the hold text says when it resets.
 	ReasonProviderLimit = "provider_limit"
+	// ReasonGatewayConcurrency: the gateway refused a call of the lane for
+	// concurrency in the last 5 minutes (a 429 from its parallel-request
+	// limit): its limit on calls at work is below the lane's, which should
+	// come down to it. Local: the lane's calls wait for the gateway's room
+	// on purpose (until a call in flight ends).
+	ReasonGatewayConcurrency = "gateway_concurrency"
 	// ReasonSharedDown: the lane is shared (in Redis) and its store is
 	// unreachable, so this process uses lanes of its own or refuses calls.
 	// It points at neither the queue nor the gateway: it is listed, and
@@ -60,7 +66,7 @@ const (
 
 // Reasons lists every reason, local ones first, for metrics.
 func Reasons() []string {
-	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonTokenBudget, ReasonProviderLimit, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonTokenBudget, ReasonProviderLimit, ReasonGatewayConcurrency, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
 }
 
 // IsGatewayReason reports whether reason r points at the gateway rather
@@ -156,6 +162,11 @@ type Counts struct {
 	TransportErrors int `json:"transport_errors_5m"`
 	Stalls          int `json:"stalls_5m"`
 	Retries         int `json:"retries_5m"`
+	// ConcurrencyRefusals counts the gateway's concurrency 429s the lane
+	// has heard (while the last is at most 5 minutes old), InflightAt429
+	// its calls in flight at the last one.
+	ConcurrencyRefusals int `json:"concurrency_refusals,omitempty"`
+	InflightAt429       int `json:"inflight_at_429,omitempty"`
 }
 
 // Lane classifies one lane from its snapshot.
@@ -203,6 +214,11 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	if provider {
 		c.Reasons, local = append(c.Reasons, ReasonProviderLimit), true
 	}
+	if cr := concurrencyRefusal(l); cr != nil {
+		c.Reasons = append(c.Reasons, ReasonGatewayConcurrency)
+		c.Counts.ConcurrencyRefusals, c.Counts.InflightAt429 = int(cr.Count), cr.InflightAt429
+		local = local || l.Queued > 0
+	}
 	n := c.Counts
 	if !recent(l.Upstream, th.ClearAfter) {
 		n.UpstreamErrors, n.Retries = 0, 0 // for the reasons only; Counts keeps the figures
@@ -248,6 +264,19 @@ func waitsFor(l limiter.LaneSnapshot) (budget, provider bool) {
 		provider = provider || w == limiter.WaitProvider || w == limiter.WaitRetryAfter
 	}
 	return budget, provider
+}
+
+// concurrencyRefusal returns the gateway's last concurrency 429 to l, if
+// it is at most 5 minutes old.
+func concurrencyRefusal(l limiter.LaneSnapshot) *limiter.ConcurrencySnapshot {
+	if l.Tokens == nil || l.Tokens.Provider == nil {
+		return nil
+	}
+	c := l.Tokens.Provider.Concurrency
+	if c == nil || c.Age.Duration() > 5*time.Minute {
+		return nil
+	}
+	return c
 }
 
 // providerReset is how long until the provider's word stops holding l's
@@ -316,6 +345,9 @@ func holdText(c Classification, gateway bool, reset float64) string {
 		if reset > 0 {
 			text += fmt.Sprintf(" (resets in %d s)", int(math.Ceil(reset)))
 		}
+	}
+	if slices.Contains(c.Reasons, ReasonGatewayConcurrency) {
+		text += fmt.Sprintf("; the gateway's concurrency limit is below the lane's (%d in flight at its 429)", n.InflightAt429)
 	}
 	if gateway {
 		text += fmt.Sprintf("; gateway failing too: %s in 5 min", strings.Join(failing, ", "))

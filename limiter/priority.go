@@ -3,6 +3,7 @@ package limiter
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Priority is the class of a model call. Waiters are served by class first
@@ -22,15 +23,15 @@ const (
 )
 
 // ParsePriority returns the class named s: "interactive", "default" or
-// "bulk", exactly. Any other name gives an error that wraps
-// ErrUnknownPriority and lists the valid names.
+// "bulk", in any case ("Interactive" too). Any other name gives an error
+// that wraps ErrUnknownPriority and lists the valid names.
 func ParsePriority(s string) (Priority, error) {
-	switch s {
-	case "interactive":
+	switch {
+	case strings.EqualFold(s, "interactive"):
 		return Interactive, nil
-	case "default":
+	case strings.EqualFold(s, "default"):
 		return Default, nil
-	case "bulk":
+	case strings.EqualFold(s, "bulk"):
 		return Bulk, nil
 	}
 	return Default, fmt.Errorf("limiter: %w %q: want one of interactive, default, bulk", ErrUnknownPriority, s)

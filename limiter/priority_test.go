@@ -18,7 +18,12 @@ func TestParsePriority(t *testing.T) {
 			t.Fatalf("ParsePriority(%q) = %v, %v", p, got, err)
 		}
 	}
-	for _, bad := range []string{"", "Interactive", "urgent", " bulk"} {
+	for _, name := range []string{"Interactive", "BULK", "Default"} { // any case, as HTTP headers are written
+		if _, err := limiter.ParsePriority(name); err != nil {
+			t.Fatalf("ParsePriority(%q): %v", name, err)
+		}
+	}
+	for _, bad := range []string{"", "urgent", " bulk", "interactive!"} {
 		_, err := limiter.ParsePriority(bad)
 		if !errors.Is(err, limiter.ErrUnknownPriority) || !strings.Contains(err.Error(), "interactive, default, bulk") {
 			t.Fatalf("ParsePriority(%q) err %v", bad, err)

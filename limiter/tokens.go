@@ -31,8 +31,8 @@ type ProviderLimits struct {
 	// parallel-request limit (LiteLLM's max_parallel_requests), which has
 	// room again as soon as one of its calls ends. Such a 429 holds the
 	// lane's grants only until a call in flight on the lane (other than
-	// Slot's) ends, or its RetryAfter passes (none: ConcurrencyHold),
-	// whichever is first.
+	// Slot's) ends, or its RetryAfter passes, whichever is first; with no
+	// Retry-After, or no other call in flight, for ConcurrencyHold at most.
 	Concurrency bool
 	// RefuseAbove is set when the headers are the provider's own (its
 	// API refuses a call larger than its per-window token limit): a call
@@ -71,8 +71,10 @@ type ProviderBudget struct {
 // extends the hold.
 const MaxRetryAfterHold = 60 * time.Second
 
-// ConcurrencyHold is how long a concurrency 429 with no Retry-After holds
-// the lane's grants at most (see ProviderLimits.Concurrency).
+// ConcurrencyHold is how long a concurrency 429 holds the lane's grants at
+// most when it has no Retry-After, or when the lane has no call in flight
+// but the refused one, whose end would end the hold (see
+// ProviderLimits.Concurrency).
 const ConcurrencyHold = time.Second
 
 // binds reports whether anything may hold a grant back under cfg: a
@@ -366,8 +368,11 @@ func (l *Limiter) RecordLimits(_ context.Context, key string, pl ProviderLimits)
 // heard at now (ns), with Retry-After d (0: none): the lane's grants wait
 // until a call in flight other than s's ends, or d passes.
 func (l *lane) concurrencyLocked(s Slot, now int64, d time.Duration) {
-	if d <= 0 {
-		d = ConcurrencyHold
+	if d <= 0 || l.slots.inflight <= 1 {
+		// With no call of the lane in flight but the refused one, the
+		// gateway's room is taken by calls the lane cannot see end (other
+		// lanes', other clients'): it looks again soon.
+		d = min(max(d, ConcurrencyHold), ConcurrencyHold)
 	}
 	tk, c := l.tok, &l.tok.conc
 	tk.ConcHold = max(tk.ConcHold, now+int64(d))

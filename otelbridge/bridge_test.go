@@ -1,10 +1,12 @@
 package otelbridge_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -83,7 +85,7 @@ func newRig(t *testing.T, tr func(*lanehttp.Transport), handle func(w http.Respo
 	t.Cleanup(func() { close(done); r.gw.Close() })
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
-	lt := &lanehttp.Transport{Limiter: r.lim, Base: base}
+	lt := &lanehttp.Transport{Limiter: r.lim, Base: base, CancelPropagates: true} // the test gateway stops when its client goes
 	if tr != nil {
 		tr(lt)
 	}
@@ -267,6 +269,11 @@ func TestStallSpan(t *testing.T) {
 		for deadline := time.Now().Add(10 * time.Second); r.clock.Pending() == before && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
+		// and the client reads, waiting for the body (else it is the
+		// client that stalls).
+		for deadline := time.Now().Add(10 * time.Second); !inBodyRead() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 		r.clock.Advance(10 * time.Second)
 		select {
 		case <-req.Context().Done():
@@ -399,4 +406,11 @@ func TestStartCallAheadOfAdmit(t *testing.T) {
 	if n := len(r.rec.Ended()); n != 5 {
 		t.Fatalf("%d spans ended, want 3 + the abandoned call's 2", n)
 	}
+}
+
+// inBodyRead reports whether a goroutine is blocked reading a lane
+// transport's response body.
+func inBodyRead() bool {
+	buf := make([]byte, 1<<20)
+	return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("lanehttp.(*exchange).read("))
 }

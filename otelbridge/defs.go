@@ -111,6 +111,7 @@ const (
 	mReserve
 	mSaturated
 	mOldestWait
+	mAbandoned
 	mTenantInflight
 	mTenantQueueDepth
 	mTenantService
@@ -158,6 +159,8 @@ var laneDefs = [nLaneDefs]Def{
 		Description: "1 when the lane's queue has been non-empty for 60 s or more, else 0."},
 	mOldestWait: {Name: "llm.oldest_wait", Unit: "s", Kind: Gauge, Float: true, Labels: []string{"lane"},
 		Description: "How long the lane's longest-waiting call has waited."},
+	mAbandoned: {Name: "llm.abandoned_inflight", Unit: "{call}", Kind: Gauge, Labels: []string{"lane"},
+		Description: "Slots held for calls whose callers left while the upstream still works on them (it does not stop the work when its client goes: cancel_propagates false): each is held until the upstream's answer ends."},
 	mTenantInflight: {Name: "llm.tenant.inflight", Unit: "{call}", Kind: Gauge, Labels: []string{"lane", "tenant"}, Only: onlyTenants,
 		Description: "Model calls holding a lane slot, by tenant."},
 	mTenantQueueDepth: {Name: "llm.tenant.queue.depth", Unit: "{call}", Kind: Gauge, Labels: []string{"lane", "tenant"}, Only: onlyTenants,

@@ -34,6 +34,8 @@
 //	p_llm_limit{lane}, p_llm_reserve{lane}     gauges: the configured limit and reserve in force
 //	p_llm_saturated{lane}                      gauge, 1 when queued > 0 has held for 60 s
 //	p_llm_oldest_wait_seconds{lane}            gauge
+//	p_llm_abandoned_inflight{lane}             gauge: slots held for calls whose callers left,
+//	                                           until the upstream's answer ends
 //	p_llm_upstream_requests_total{lane,outcome} counter: ok, client_error, rate_limited,
 //	                                           server_error, transport_error, stall, canceled,
 //	                                           client_stall

@@ -174,8 +174,10 @@ func (b *Bridge) genaiNames(ctx context.Context, lane, path string) (op, provide
 }
 
 // genaiErrorType names a failed exchange with the project's error codes
-// (package lanehttp's table), or the HTTP status of an error answer; ""
-// for a success.
+// (package lanehttp's table), or the HTTP status of an error answer, one
+// of the statuses gateways answer with (errorStatuses; any other is
+// "_OTHER", as the conventions say, so that a gateway that makes up
+// statuses cannot make up series); "" for a success.
 func genaiErrorType(x limiter.Exchange) string {
 	switch x.Outcome {
 	case limiter.OutcomeOK:
@@ -186,10 +188,16 @@ func genaiErrorType(x limiter.Exchange) string {
 		return lanehttp.UpstreamUnreachableCode
 	}
 	if x.Status != 0 {
-		return strconv.Itoa(x.Status)
+		if slices.Contains(errorStatuses, x.Status) {
+			return strconv.Itoa(x.Status)
+		}
+		return "_OTHER"
 	}
 	return x.Outcome.String()
 }
+
+// errorStatuses are the error statuses error.type names as such.
+var errorStatuses = []int{400, 401, 402, 403, 404, 408, 409, 413, 422, 429, 499, 500, 502, 503, 504, 529}
 
 // recordGenAIExchange records a call that reached the gateway. A call its
 // caller gave up (canceled, or stopped reading) is no operation that ended:

@@ -242,6 +242,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		gauge(mReserve, a, int64(l.Reserve))
 		gauge(mSaturated, a, boolInt(l.Saturated))
 		fgauge(mOldestWait, a, time.Time{}, float64(l.OldestWait))
+		gauge(mAbandoned, a, int64(l.Abandoned))
 		for _, c := range []struct {
 			p limiter.Priority
 			n int

@@ -1188,7 +1188,8 @@ function ops.limits()
   -- reset (ms, at most the window); +10 a 429's Retry-After (ms, at most
   -- 60 s; 0: none); +11 the provider's window (ms); +12 '1' for a
   -- concurrency 429 (its hold ends at the end of a call in flight other
-  -- than id's, or at its Retry-After: 1 s with none); +13 '1' when the
+  -- than id's, or at its Retry-After: 1 s with none or with no other call
+  -- in flight); +13 '1' when the
   -- headers are the provider's own (its token limit refuses larger calls
   -- for a window). The provider counted
   -- when that call arrived, as of its grant here. Its count holds that
@@ -1238,8 +1239,12 @@ function ops.limits()
   end
   local ra = tonumber(ARGV[A + 10])
   if ARGV[A + 12] == '1' then
-    if ra <= 0 then ra = 1000 end
-    p.ch, p.cb, p.cn = math.max(p.ch, now + ra), id, redis.call('ZCARD', H)
+    local n = redis.call('ZCARD', H)
+    -- With no Retry-After, or no call of the lane in flight but the
+    -- refused one (the gateway's room is taken by calls the lane cannot
+    -- see end), it looks again after a second.
+    if ra <= 0 or n <= 1 then ra = 1000 end
+    p.ch, p.cb, p.cn = math.max(p.ch, now + ra), id, n
   elseif ra > 0 then
     p.hold = math.max(p.hold, now + ra)
   end

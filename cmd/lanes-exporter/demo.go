@@ -12,9 +12,9 @@ import (
 
 // startDemo runs --demo: the simulator, the exporter and the load. Builds
 // with the nodemo tag leave it, and the simulator, out.
-func startDemo(addr string, log *slog.Logger, o exporter.Options) (*exporter.Listener, func(context.Context) error, error) {
+func startDemo(addr string, log *slog.Logger, o exporter.Options, gateway string) (*exporter.Listener, func(context.Context) error, error) {
 	o.Log = log
-	d, err := demo.StartWith(addr, o)
+	d, err := demo.StartGateway(addr, o, gateway)
 	if err != nil {
 		return nil, nil, err
 	}

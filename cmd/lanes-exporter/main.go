@@ -67,10 +67,26 @@ with none set, nothing is exported but /metrics.
 Flags:
 `
 
+// helpAsked reports whether args ask for the usage (-h, -help, --help).
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			return true
+		}
+	}
+	return false
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lanes-exporter", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
+		if helpAsked(args) {
+			return // printed once, on stdout, below
+		}
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
@@ -78,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	check := fs.String("check-config", "", "check this configuration file, say what is wrong with it if anything, and exit")
 	listen := fs.String("listen", "", "address to listen on, overriding the file's listen (default "+exporter.DefaultListen+")")
 	demo := fs.Bool("demo", false, "run against a built-in simulated gateway with a built-in load, to see every surface")
+	demoGateway := fs.String("demo.gateway", "simple", "with --demo, the simulated gateway: simple (stops a call's work when its client goes) or litellm (LiteLLM-like: max_parallel_requests 3, below the lanes' 4; goes on with abandoned calls)")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM, how long calls holding a slot may take to finish")
 	logLevel := fs.String("log.level", "info", "debug, info, warn or error")
 	fs.StringVar(logLevel, "log-level", "info", "the same as --log.level")
@@ -89,8 +106,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			// Parse printed it to stderr already; --help's answer is the
+			// usage on stdout, once.
 			fs.SetOutput(stdout)
-			fs.Usage()
+			fmt.Fprint(stdout, usage)
+			fs.PrintDefaults()
 			return 0
 		}
 		return 2
@@ -153,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if addr == "" {
 			addr = exporter.DefaultListen
 		}
-		if l, stopDemo, err = startDemo(addr, log, opts); err != nil {
+		if l, stopDemo, err = startDemo(addr, log, opts, *demoGateway); err != nil {
 			fmt.Fprintln(stderr, "lanes-exporter:", err)
 			return 1
 		}

@@ -81,9 +81,12 @@ func TestBadConfigRefusesToStart(t *testing.T) {
 
 // --help exits 0 and lists every flag and every route.
 func TestHelp(t *testing.T) {
-	var out bytes.Buffer
-	if c := run([]string{"--help"}, &out, io.Discard); c != 0 {
+	var out, errOut bytes.Buffer
+	if c := run([]string{"--help"}, &out, &errOut); c != 0 {
 		t.Fatalf("--help exit %d, want 0", c)
+	}
+	if n := strings.Count(out.String(), "Usage:"); n != 1 || errOut.Len() != 0 {
+		t.Fatalf("--help printed its usage %d times on stdout and %q on stderr, want once on stdout alone", n, errOut.String())
 	}
 	for _, f := range []string{"-config", "-check-config", "-listen", "-demo", "-shutdown-timeout", "-log.level", "-log.format",
 		"-web.enable-lifecycle", "-version", "X-LLM-Priority", "/proxy/", "/metrics", "/api/telemetry/llm-lanes ",

@@ -41,6 +41,10 @@ func main() {
 		if err := b.RunHTTPAll(ctx, *scale); err != nil {
 			log.Fatal(err)
 		}
+		fmt.Fprintln(os.Stderr, "replaying callers in front of a LiteLLM-like gateway, through the proxy...")
+		if err := b.RunLiteLLMAll(ctx, *scale); err != nil {
+			log.Fatal(err)
+		}
 		fmt.Fprintln(os.Stderr, "replaying two processes sharing a lane in Redis...")
 		if err := b.RunSharedRedis(ctx, *scale); err != nil {
 			log.Fatal(err)

@@ -49,7 +49,7 @@ type Demo struct {
 const config = `
 listen: %q
 limiter: {max_inflight: 4, queue_timeout: 40s, interactive_reserve: 1}
-upstreams: [{name: sim, base_url: %q, capacity: 8}]
+upstreams: [{name: sim, base_url: %q, capacity: 8%s}]
 proxy: {response_header_timeout: 20s, stall_timeout: 5s}
 classification: {wait_p90: 10s}
 `
@@ -62,15 +62,42 @@ func Start(listen string, log *slog.Logger) (*Demo, error) {
 // StartWith is Start with the exporter's options (its logger, its
 // OpenTelemetry setup).
 func StartWith(listen string, o exporter.Options) (*Demo, error) {
-	sim := gatewaysim.New(gatewaysim.Config{Capacity: 8, TokenTime: 50 * time.Millisecond, Tokens: 40,
-		FirstTokenDelay: 200 * time.Millisecond, PropagateDisconnect: true})
+	return StartGateway(listen, o, "")
+}
+
+// Gateways are the simulated gateways the demo can run against.
+const (
+	// GatewaySimple is a gateway that stops a call's work when its
+	// client goes.
+	GatewaySimple = "simple"
+	// GatewayLiteLLM is gatewaysim's LiteLLM profile: a LiteLLM-like proxy
+	// whose max_parallel_requests (3) is below the lanes' limit (4), so
+	// that its concurrency 429s show, and which does not stop its
+	// backend's work when a client goes (the lanes hold those slots).
+	GatewayLiteLLM = "litellm"
+)
+
+// StartGateway is StartWith against the simulated gateway named gateway
+// (GatewaySimple, the default, or GatewayLiteLLM).
+func StartGateway(listen string, o exporter.Options, gateway string) (*Demo, error) {
+	sc := gatewaysim.Config{Capacity: 8, TokenTime: 50 * time.Millisecond, Tokens: 40,
+		FirstTokenDelay: 200 * time.Millisecond, PropagateDisconnect: true}
+	upstream := ", cancel_propagates: true"
+	switch gateway {
+	case "", GatewaySimple:
+	case GatewayLiteLLM:
+		sc.PropagateDisconnect, sc.LiteLLM, upstream = false, &gatewaysim.LiteLLM{MaxParallel: 3}, ""
+	default:
+		return nil, fmt.Errorf("demo gateway %q: want %s or %s", gateway, GatewaySimple, GatewayLiteLLM)
+	}
+	sim := gatewaysim.New(sc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	d := &Demo{Sim: sim, simSrv: &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}}
 	go d.simSrv.Serve(ln)
-	cfg, err := exporter.ParseConfig("(demo)", []byte(fmt.Sprintf(config, listen, "http://"+ln.Addr().String()+"/v1")))
+	cfg, err := exporter.ParseConfig("(demo)", []byte(fmt.Sprintf(config, listen, "http://"+ln.Addr().String()+"/v1", upstream)))
 	if err != nil {
 		d.simSrv.Close()
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/exporter"
 	"github.com/llmlanes/llmlanes/internal/tools/leaktest"
 )
 
@@ -55,4 +56,36 @@ func TestDemo(t *testing.T) {
 	if err := d.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Against the LiteLLM-like gateway, the demo's panel bursts meet its
+// max_parallel_requests (3, below the lanes' 4): its concurrency 429s show
+// in the classification as the gateway_concurrency reason.
+func TestDemoLiteLLM(t *testing.T) {
+	d, err := StartGateway("127.0.0.1:0", exporterOptions(), GatewayLiteLLM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + d.Listener.Addr
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, body := get(t, base+"/api/telemetry/llm-lanes/classification")
+		if strings.Contains(body, `"gateway_concurrency"`) && d.Sim.Stats().ConcurrencyRefused > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway_concurrency reason in 30 s: %s; gateway %+v", body, d.Sim.Stats())
+		}
+	}
+	if _, err := StartGateway("127.0.0.1:0", exporterOptions(), "bogus"); err == nil || !strings.Contains(err.Error(), "litellm") {
+		t.Fatalf("an unknown gateway: %v, want an error naming the choices", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exporterOptions() exporter.Options {
+	return exporter.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }

@@ -170,7 +170,7 @@ func newAnthropicRig(t *testing.T) *anthropicRig {
 	})
 	r.srv = newTestServerWith(t, fmt.Sprintf(`limiter: {max_inflight: 1, queue_timeout: 30s, interactive_reserve: 0}
 upstreams:
-  - {name: claude, base_url: "%s", provider: anthropic}
+  - {name: claude, base_url: "%s", provider: anthropic, headers: provider}
 `, gw.URL), Options{Clock: r.clock})
 	t.Cleanup(func() { r.srv.Shutdown(context.Background()) })
 	h := r.srv.Handler()

@@ -85,7 +85,9 @@ func (g *sayingGateway) usageOnce(prompt, completion int64) {
 func boundsProxy(t *testing.T, clock *limitertest.Clock, base, limiter string, log *logbuf.Buffer, extra ...string) (*Server, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
-	yaml := fmt.Sprintf("limiter: %s\nupstreams:\n  - {name: gw, base_url: %s}\n", limiter, base) + strings.Join(extra, "\n")
+	// The gateway's headers are taken for the provider's own: its announced
+	// limit refuses larger calls.
+	yaml := fmt.Sprintf("limiter: %s\nupstreams:\n  - {name: gw, base_url: %s, headers: provider}\n", limiter, base) + strings.Join(extra, "\n")
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 const (
 	// Sent by the proxy, for a call it refuses before its lane:
 	unknownUpstreamCode  = "unknown_upstream"
+	upstreamPathCode     = "upstream_path_not_found"
 	invalidPathCode      = "invalid_path"
 	invalidPriorityCode  = "invalid_priority"
 	invalidTenantCode    = "invalid_tenant"
@@ -38,6 +39,7 @@ const (
 // codeTable is lanes-exporter's own codes; read only.
 var codeTable = []lanehttp.Code{
 	{Name: unknownUpstreamCode, Status: http.StatusNotFound, NoRetry: true, When: "no upstream of that name is configured"},
+	{Name: upstreamPathCode, Status: http.StatusNotFound, NoRetry: true, When: "the upstream answered 404 to a path that repeats the end of its base_url (a client base URL of /proxy/<upstream>/v1/ in front of a base_url ending in /v1): the message says what was forwarded where"},
 	{Name: invalidPathCode, Status: http.StatusBadRequest, NoRetry: true, When: "the path has . or .. segments"},
 	{Name: invalidPriorityCode, Status: http.StatusBadRequest, NoRetry: true, When: "X-LLM-Priority names no class"},
 	{Name: invalidTenantCode, Status: http.StatusBadRequest, NoRetry: true, When: "X-LLM-Tenant (or the header `tenant_from` names) is not 1 to 64 bytes of A-Z a-z 0-9 . _ : -"},

@@ -151,10 +151,12 @@ func (r *proxyRig) post(ctx context.Context, path, id, priority, body string) (*
 	return http.DefaultClient.Do(req)
 }
 
+// oneSlot is a lane of one slot in front of the rig's upstream, which stops
+// a call's work when its client goes (cancel_propagates).
 const oneSlot = `
 limiter: {max_inflight: 1, queue_timeout: 300s, interactive_reserve: 0}
 upstreams:
-  - {name: gw, base_url: UPSTREAM, capacity: 4}
+  - {name: gw, base_url: UPSTREAM, capacity: 4, cancel_propagates: true}
 `
 
 const chat = `{"model":"protolabs/smart","stream":true,"messages":[]}`

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmlanes/llmlanes/internal/tools/redistest"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
@@ -472,9 +473,12 @@ func newHangingUpstream(hang chan struct{}) *httptest.Server {
 }
 
 // A client that stops reading its stream through the proxy does not hold
-// its slot: once the stream's data backs up for proxy.stall_timeout, the
-// upstream call ends, the slot is free for the next caller, and the outcome
-// is client_stall, not a gateway fault.
+// its slot for ever: once the stream's data backs up for
+// proxy.stall_timeout the client is let go, the rest of the answer is read
+// and discarded (the upstream does not stop the work), and an answer that
+// never ends is cut at response_header_timeout plus stall_timeout from the
+// send: the upstream call ends, the slot is free for the next caller, and
+// the outcome is client_stall, not a gateway fault.
 func TestClientThatStopsReadingFreesSlot(t *testing.T) {
 	clock := limitertest.NewClock(time.Date(2026, 9, 28, 9, 0, 0, 0, time.UTC))
 	gone := make(chan struct{})
@@ -536,7 +540,82 @@ func TestClientThatStopsReadingFreesSlot(t *testing.T) {
 		}
 		break
 	}
+	// The upstream call ends before its slot is given back (the drain's
+	// read fails, then the exchange finishes).
+	for deadline := time.Now().Add(10 * time.Second); lane().Inflight != 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	}
 	if l := lane(); l.Inflight != 0 || l.Upstream == nil || l.Upstream.ClientStalls != 1 || l.Upstream.Stalls != 0 {
 		t.Fatalf("after the client stopped reading: %+v %+v", l, l.Upstream)
+	}
+}
+
+// A client whose base URL is /proxy/<upstream>/v1/ in front of an upstream
+// whose base_url ends in /v1 sends /v1/v1/...: the upstream's bare 404 is
+// answered with one that says what was forwarded where, and how to fix
+// the base URL. Any other 404 passes through as the upstream sent it.
+func TestDoubledPathSays404(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/v1/chat/completions" {
+			io.WriteString(w, `{"choices":[]}`)
+			return
+		}
+		http.Error(w, "404 page not found", http.StatusNotFound)
+	}))
+	defer up.Close()
+	h := newHostile(t, "limiter: {max_inflight: 1}\nupstreams: [{name: gw, base_url: \""+up.URL+"/v1\"}]\n", Options{})
+	code, body := postJSON(t, "http://"+h.l.Addr+"/proxy/gw/v1/chat/completions", `{"model":"m"}`)
+	if code != 404 || !strings.Contains(body, "upstream_path_not_found") || !strings.Contains(body, "/v1/v1/chat/completions") ||
+		!strings.Contains(body, "/proxy/gw/ (without /v1)") {
+		t.Fatalf("doubled /v1: %d %s, want our 404 naming the path and the fix", code, body)
+	}
+	if code, body := postJSON(t, "http://"+h.l.Addr+"/proxy/gw/nothing/here", `{"model":"m"}`); code != 404 || !strings.Contains(body, "404 page not found") {
+		t.Fatalf("another 404: %d %s, want the upstream's own", code, body)
+	}
+	if code, _ := postJSON(t, "http://"+h.l.Addr+"/proxy/gw/chat/completions", `{"model":"m"}`); code != 200 {
+		t.Fatalf("the right path: %d", code)
+	}
+}
+
+// A call whose shared slot is lost before its answer's headers (Redis
+// unreachable past the lease) is answered with the lane's own code,
+// lane_slot_lost (503, retryable), not the gateway's upstream_unreachable.
+func TestLostSlotHasItsOwnCode(t *testing.T) {
+	r := redistest.Start(t)
+	r.WaitUptime(time.Second) // no grant in a Redis' first lease
+	proxy := redistest.NewProxy(t, r.Addr())
+	release := make(chan struct{})
+	defer close(release)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		io.Copy(io.Discard, req.Body)
+		select { // no headers until the call is stopped
+		case <-req.Context().Done():
+		case <-release:
+		}
+	}))
+	defer up.Close()
+	h := newHostile(t, fmt.Sprintf("limiter: {max_inflight: 1}\nupstreams: [{name: gw, base_url: %q}]\nshared: {redis_url: %q, lease_ttl: 1s, on_redis_down: closed}\n",
+		up.URL+"/v1", "redis://"+proxy.Addr()), Options{})
+	done := make(chan string, 1)
+	go func() {
+		code, body := postJSON(t, "http://"+h.l.Addr+"/proxy/gw/chat/completions", `{"model":"m"}`)
+		done <- fmt.Sprint(code, " ", body)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ls := h.srv.Limiter().Snapshot().Lanes; len(ls) == 1 && ls[0].Shared != nil && ls[0].Shared.ProcessInflight == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never held its slot")
+		}
+	}
+	proxy.Block()
+	select {
+	case got := <-done:
+		if !strings.HasPrefix(got, "503 ") || !strings.Contains(got, "lane_slot_lost") {
+			t.Fatalf("a lost slot: %s, want 503 lane_slot_lost", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call was never stopped")
 	}
 }

@@ -1,7 +1,9 @@
 package exporter
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,7 +79,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 		},
 		Transport:      s.tel.Bridge().Transport(up.lanes, s.providerOpt(u)...),
 		FlushInterval:  -1, // streams pass through chunk by chunk
-		ModifyResponse: checkClientBody,
+		ModifyResponse: func(res *http.Response) error { return up.checkPath(res, checkClientBody) },
 		ErrorHandler:   s.proxyError(up),
 		BufferPool:     &s.buffers,
 		ErrorLog:       slogLogger(s.log),
@@ -341,7 +343,10 @@ func (s *Server) proxyError(u *upstream) func(http.ResponseWriter, *http.Request
 		case bodyFailed(r): // before the context: a client that half-closes looks gone, and waits for this
 			writeError(w, invalidBodyCode, "the request body could not be read: it was malformed or cut short")
 		case r.Context().Err() != nil:
-			return // the client is gone; its slot is already free
+			return // the client is gone (its call, if sent, holds its slot until the upstream's answer ends)
+		case errors.Is(err, lanehttp.ErrSlotLost):
+			s.log.Warn("shared slot lost", "upstream", u.cfg.Name, "err", err.Error())
+			writeError(w, lanehttp.SlotLostCode, fmt.Sprintf("upstream %q: %v; send the call again", u.cfg.Name, err))
 		case errors.As(err, &se):
 			named := *se
 			named.Lane = u.name(se.Lane)
@@ -371,6 +376,31 @@ func checkClientBody(res *http.Response) error {
 	}
 	watchEnd(res)
 	return nil
+}
+
+// checkPath answers for the upstream's 404 to a path that repeats the end
+// of its base URL (the client's base URL was /proxy/<name>/v1/ in front
+// of a base_url ending in /v1), saying what was forwarded where; any other
+// answer goes to next.
+func (u *upstream) checkPath(res *http.Response, next func(*http.Response) error) error {
+	if res.StatusCode != http.StatusNotFound || res.Request == nil {
+		return next(res)
+	}
+	base, _ := url.Parse(u.cfg.BaseURL)
+	last := path.Base(base.Path)
+	sent := res.Request.URL.Path
+	if last == "/" || last == "." || !strings.HasPrefix(sent, base.Path+"/"+last+"/") {
+		return next(res)
+	}
+	res.Body.Close()
+	c := codeOf(upstreamPathCode)
+	msg := fmt.Sprintf("upstream %q answered 404 for %s: the call went to its base_url (which ends in /%s) plus /%s, so /%s came twice; "+
+		"set the client's base URL to /proxy/%s/ (without /%s)", u.cfg.Name, sent, last, strings.TrimPrefix(sent, base.Path+"/"), last, u.cfg.Name, last)
+	body, _ := json.Marshal(c.Body(msg))
+	res.Header = http.Header{"Content-Type": {"application/json"}, "X-Should-Retry": {"false"}}
+	res.Body, res.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	res.Header.Set("Content-Length", fmt.Sprint(len(body)))
+	return next(res)
 }
 
 // withoutURL drops the URL that net/http puts in front of a transport

@@ -68,6 +68,9 @@ type Config struct {
 	// fit is answered 429 with Retry-After, and every answer carries
 	// x-ratelimit-*-tokens headers.
 	TokensPerMinute int64 `json:"tokens_per_minute"`
+	// LiteLLM, when set, puts a LiteLLM-like proxy in front of the
+	// backend (see LiteLLM).
+	LiteLLM *LiteLLM `json:"litellm,omitempty"`
 	// Seed makes the fault draws repeatable (0: random).
 	Seed uint64 `json:"seed"`
 }
@@ -121,6 +124,9 @@ type Stats struct {
 	RetriesSeen     int64 `json:"retries_seen"`     // requests with X-Stainless-Retry-Count above 0
 	TokenLimited    int64 `json:"token_limited"`    // 429s past TokensPerMinute (counted in RateLimited too)
 	TokensUsed      int64 `json:"tokens_used"`      // prompt and completion tokens served under TokensPerMinute
+	// ConcurrencyRefused counts the LiteLLM proxy's max_parallel_requests
+	// 429s (counted in RateLimited too).
+	ConcurrencyRefused int64 `json:"concurrency_refused"`
 }
 
 // Gateway is the simulated gateway; it is an http.Handler.
@@ -133,6 +139,7 @@ type Gateway struct {
 	once sync.Once
 	now  func() time.Time // the clock of TokensPerMinute
 	tpm  *TokenLimit      // with TokensPerMinute, guarded by mu
+	lite liteState        // the LiteLLM proxy's counters (Config.LiteLLM)
 }
 
 // SetClock makes the gateway's tokens-per-minute bucket read time from
@@ -241,6 +248,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var liteCharge func(int64)
+	if c.LiteLLM != nil {
+		var ok bool
+		if ok, liteCharge = g.liteAdmit(w, r, c.LiteLLM, g.now()); !ok {
+			return
+		}
+	}
 	fault := g.draw(c)
 	switch fault {
 	case "429":
@@ -271,7 +285,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g.generate(w, r, &req, len(body), c, fault == "reset", charged)
+	used := g.generate(w, r, &req, len(body), c, fault == "reset", charged)
+	if liteCharge != nil {
+		liteCharge(used)
+	}
 }
 
 // takeTokens reserves the request's prompt and output bound under the
@@ -339,10 +356,13 @@ func (r *request) writeError(w http.ResponseWriter, status int, code, msg string
 // output bound, and the usage (prompt_tokens from PromptTokens) in a whole
 // answer, or in a stream's last chunk when stream_options.include_usage
 // asks for it.
-func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request, bodyBytes int, c *Config, reset bool, charged int64) {
+//
+// It returns the tokens the call used: its prompt and what was generated.
+func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request, bodyBytes int, c *Config, reset bool, charged int64) (used int64) {
 	model, stream := req.Model, req.Stream
 	prompt, answer := req.PromptTokens(), min(int64(c.Tokens), req.bound(int64(c.Tokens)))
 	var sent int64
+	defer func() { used = prompt + sent }()
 	settled := charged == 0
 	settle := func() { // before the answer's end reaches the client, which may send again at once
 		if !settled {
@@ -464,4 +484,5 @@ func (g *Gateway) generate(w http.ResponseWriter, r *http.Request, req *request,
 			model, strings.TrimSpace(text.String()), prompt, sent, prompt+sent)
 	}
 	g.count(func(s *Stats) { s.Completed++ })
+	return
 }

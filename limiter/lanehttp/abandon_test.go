@@ -265,3 +265,41 @@ func TestUpstreamNeverOverLimitWhenCallersAbandon(t *testing.T) {
 		})
 	}
 }
+
+// An abandoned answer that never ends (a stream that goes on and on, so
+// that no stall guard ends it) holds its slot at most ResponseHeaderTimeout
+// plus StallTimeout from the send.
+func TestEndlessDrainBounded(t *testing.T) {
+	r := newRig(t, on(1))
+	r.tr.CancelPropagates = false
+	r.tr.ResponseHeaderTimeout = 10 * time.Second // no stall guard: the bound alone ends it
+	r.gw.handle = func(w http.ResponseWriter, req *http.Request, _ seen) bool {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for req.Context().Err() == nil && !isClosed(r.gw.done) {
+			fmt.Fprint(w, "data: {}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(time.Millisecond)
+		}
+		return true
+	}
+	s := r.client().Chat.Completions.NewStreaming(callCtx("a", limiter.Default), params())
+	if !s.Next() {
+		t.Fatal(s.Err())
+	}
+	s.Close()
+	r.waitCounts(t, 1, 1)
+	r.clock.Advance(9 * time.Second)
+	time.Sleep(20 * time.Millisecond) // nothing is due before 10 s: the drain goes on
+	r.waitCounts(t, 1, 1)
+	r.clock.Advance(time.Second)
+	r.waitCounts(t, 0, 0)
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -54,6 +54,9 @@ type exchange struct {
 	rmu      sync.Mutex
 	draining atomic.Bool
 	left     limiter.Outcome // what the caller's leaving counts as (set before draining)
+	// drainTimer ends a drain at the latest ResponseHeaderTimeout plus
+	// StallTimeout after the send (guarded by mu).
+	drainTimer limiter.Timer
 
 	// mu orders finish against the stall timer, which may re-arm itself;
 	// the slot is released exactly once, under done.
@@ -211,7 +214,8 @@ func (x *exchange) check() {
 // abandon takes over the answer of a caller that left before its end
 // (closed the body, or stopped reading), unless the upstream stops the
 // work when its client goes (CancelPropagates): the rest is read and
-// discarded on a goroutine of its own, within the stall timeout, and the
+// discarded on a goroutine of its own, within the stall timeout and at
+// most ResponseHeaderTimeout plus StallTimeout from the send, and the
 // slot is given back when it ends, so that the upstream never has more
 // calls at work than the lane's limit. The exchange's outcome is then o,
 // unless the upstream's answer says worse. It reports whether it did
@@ -227,6 +231,11 @@ func (x *exchange) abandon(o limiter.Outcome) bool {
 	}
 	x.left = o
 	x.draining.Store(true) // after left: whoever sees it set reads left
+	if bound := x.t.ResponseHeaderTimeout + x.t.StallTimeout; bound > 0 {
+		// An answer that never ends (a stream that goes on and on) holds
+		// the slot no longer than the two timeouts from the send.
+		x.drainTimer = x.clock.AfterFunc(max(0, x.sent.Add(bound).Sub(x.clock.Now())), x.cancel)
+	}
 	x.mu.Unlock()
 	x.slot.Abandon()
 	go x.drain()
@@ -268,6 +277,9 @@ func (x *exchange) finish(o limiter.Outcome) {
 	x.done = true
 	if x.stallTimer != nil {
 		x.stallTimer.Stop()
+	}
+	if x.drainTimer != nil {
+		x.drainTimer.Stop()
 	}
 	// The upstream request is ended before its slot is given back, so
 	// that the gateway hears of the end before the next call can reach it.

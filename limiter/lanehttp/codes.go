@@ -40,6 +40,10 @@ const (
 	// UpstreamUnreachableCode: the gateway could not be reached (a
 	// Transport's transport error; lanes-exporter's 502).
 	UpstreamUnreachableCode = "upstream_unreachable"
+	// SlotLostCode: the call's shared slot was lost (its lease could not
+	// be renewed in time: the lane's store, Redis, was unreachable), so
+	// the call was stopped for the lane's limit to hold; retryable.
+	SlotLostCode = "lane_slot_lost"
 )
 
 // A Code is one error code of a table: its name (the body's "code"), the
@@ -65,6 +69,7 @@ var codeTable = []Code{
 	{MissingModelCode, http.StatusBadRequest, true, "the body names no model"},
 	{UpstreamStallCode, http.StatusGatewayTimeout, false, "the gateway sent no headers, or no body, within the timeouts (lanes-exporter's answer; a Transport returns its error, which spans and the GenAI metrics name so)"},
 	{UpstreamUnreachableCode, http.StatusBadGateway, false, "the gateway could not be reached (lanes-exporter's answer; a Transport returns its error, which spans and the GenAI metrics name so)"},
+	{SlotLostCode, http.StatusServiceUnavailable, false, "the call's shared slot was lost (its lease could not be renewed: Redis unreachable), so the call was stopped before the gateway answered; send it again (lanes-exporter's answer; a Transport returns ErrSlotLost)"},
 }
 
 // Codes returns this package's table of error codes (a copy).

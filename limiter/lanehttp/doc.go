@@ -8,6 +8,31 @@
 // byte. Other requests (embeddings, images, audio, files, listings) pass
 // through without a lane.
 //
+// # A caller that leaves
+//
+// A slot stands for work at the backend. A gateway that does not stop a
+// call's work when its client goes (LiteLLM does not) still has the call at
+// work after its caller left, so by default the Transport sends each call
+// on a context its caller's end does not cancel: a caller whose context
+// ends before the headers gets its error at once, and a caller that closes
+// the body early (or stops reading it for StallTimeout) is let go; in both
+// cases the Transport reads the rest of the answer and discards it (its
+// usage still settles the call's tokens), within StallTimeout between
+// reads and at most ResponseHeaderTimeout plus StallTimeout from the send,
+// and only then gives the slot back. Meanwhile the slot is
+// marked abandoned (limiter.Slot.Abandon; the snapshot's
+// abandoned_inflight). Set Transport.CancelPropagates for an upstream that
+// stops the work: the request is then canceled and the slot freed at once.
+//
+// # A gateway's word
+//
+// A 429 is a gateway's concurrency refusal or a rate limit
+// (IsConcurrencyRefusal, from the first MaxRefusalPeek bytes of its body
+// and its headers): the first holds the lane's grants only until one of
+// its calls in flight ends, the second until its Retry-After. The
+// rate-limit headers are read as Transport.RateLimitHeaders says (see
+// HeaderSource).
+//
 // # Timeouts
 //
 // Transport.ResponseHeaderTimeout and Transport.StallTimeout start only once

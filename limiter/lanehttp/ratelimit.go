@@ -169,14 +169,22 @@ func ReadLimits(h http.Header, status int, body []byte, now time.Time, src Heade
 
 // IsConcurrencyRefusal reports whether a 429 with headers h and body (its
 // start) refused the call for the number of calls at work at the gateway
-// rather than for a rate: its body names a parallel or concurrency limit
-// (LiteLLM's "Max parallel request limit reached"), or its headers give no
-// remaining count at 0 (or below) and no reset time, as a rate limit's do
-// (OpenAI's x-ratelimit-remaining-requests: 0 with x-ratelimit-reset-
-// requests; Anthropic's anthropic-ratelimit-*-remaining and -reset).
+// rather than for a rate. Its body's words decide first: one that names a
+// parallel or concurrency limit (LiteLLM's "Max parallel request limit
+// reached") is a concurrency refusal, unless it names a per-minute limit
+// too (LiteLLM's older limiter says "parallel" for its rpm and tpm); one
+// that names a per-minute limit or calls itself a rate limit (OpenAI's
+// rate_limit_exceeded, Anthropic's rate_limit_error) is not. Else the headers do: a rate limit
+// gives a remaining count at 0 (or below) or a reset time (OpenAI's
+// x-ratelimit-remaining-requests: 0 and x-ratelimit-reset-requests;
+// Anthropic's anthropic-ratelimit-*-remaining and -reset), a concurrency
+// refusal neither.
 func IsConcurrencyRefusal(h http.Header, body []byte) bool {
-	if namesParallelLimit(body) {
+	switch b := strings.ToLower(string(body[:min(len(body), MaxRefusalPeek)])); {
+	case containsAny(b, parallelWords) && !containsAny(b, perMinuteWords):
 		return true
+	case containsAny(b, rateWords) || containsAny(b, perMinuteWords):
+		return false
 	}
 	for k, vs := range h {
 		k = strings.ToLower(k)
@@ -195,16 +203,17 @@ func IsConcurrencyRefusal(h http.Header, body []byte) bool {
 	return true
 }
 
-// parallelWords are what a concurrency refusal's message says, lower case.
-var parallelWords = []string{"parallel request", "max_parallel", "concurrent request", "concurrency limit", "too many concurrent"}
+// The words of a 429's body, lower case: a concurrency refusal's, a
+// per-minute limit's, and a rate limit's own name for itself.
+var (
+	parallelWords  = []string{"parallel request", "max_parallel", "concurrent request", "concurrency limit", "too many concurrent"}
+	perMinuteWords = []string{"rpm", "tpm", "per min", "requests per", "tokens per"}
+	rateWords      = []string{"rate_limit_exceeded", "rate_limit_error", "rate limit reached", "rate limit exceeded"}
+)
 
-func namesParallelLimit(body []byte) bool {
-	if len(body) == 0 {
-		return false
-	}
-	b := strings.ToLower(string(body[:min(len(body), MaxRefusalPeek)]))
-	for _, w := range parallelWords {
-		if strings.Contains(b, w) {
+func containsAny(s string, words []string) bool {
+	for _, w := range words {
+		if strings.Contains(s, w) {
 			return true
 		}
 	}

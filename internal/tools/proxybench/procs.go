@@ -166,7 +166,9 @@ func startLanes(bin, dir, upstream string, limit int, reserve bool, env []string
 	if reserve {
 		lim = fmt.Sprintf("{max_inflight: %d}", limit)
 	}
-	cfg := fmt.Sprintf("listen: %s\nlimiter: %s\nupstreams: [{name: gw, base_url: %q}]\n", addr, lim, base)
+	// The bench's upstream stops a call's work when its client goes (its
+	// held calls wait for that), as HAProxy's lane takes it to.
+	cfg := fmt.Sprintf("listen: %s\nlimiter: %s\nupstreams: [{name: gw, base_url: %q, cancel_propagates: true}]\n", addr, lim, base)
 	file := filepath.Join(dir, "lanes.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return nil, err

@@ -29,6 +29,9 @@ type Bundle struct {
 	SharedFidelity Fidelity
 	Boards         Boards    // TwoBoards()
 	Tokens         TokenRuns // TokenLimit()
+	// LiteLLM is the replay in front of a LiteLLM-like gateway through
+	// lanes-exporter (real HTTP), when run.
+	LiteLLM []LiteLLMRun
 }
 
 // ClearAfter is the classification setting the degradation replay tries
@@ -90,6 +93,13 @@ func (b *Bundle) RunHTTPAll(ctx context.Context, scale float64) error {
 		b.HTTP, b.Fidelity = append(b.HTTP, r), append(b.Fidelity, f)
 	}
 	return nil
+}
+
+// RunLiteLLMAll adds the replay in front of a LiteLLM-like gateway.
+func (b *Bundle) RunLiteLLMAll(ctx context.Context, scale float64) error {
+	runs, err := RunLiteLLM(ctx, scale)
+	b.LiteLLM = runs
+	return err
 }
 
 // RunSharedRedis adds the replay of TwoProcesses' agents sharing one lane
@@ -230,6 +240,11 @@ func (b Bundle) Markdown(w io.Writer) {
 		p("\n## Two processes sharing one lane in Redis (real HTTP, real Redis)\n\n%s", mdShared)
 		p("- %s\n\n", b.SharedFidelity)
 		Table(w, []Report{b.TwoProcesses[0], b.TwoProcesses[1], *b.Shared})
+	}
+	if len(b.LiteLLM) > 0 {
+		r := b.LiteLLM[0]
+		p("\n## In front of LiteLLM, through the proxy (real HTTP)\n\n"+mdLiteLLM, r.Callers, r.ClientTimeout.Seconds(), r.Retried, r.Backend, r.IdleCall.Seconds(), r.Limit)
+		liteTable(w, b.LiteLLM)
 	}
 	p("\n%s", mdLimits)
 }
