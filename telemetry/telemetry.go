@@ -221,7 +221,7 @@ var classDefs = []otelbridge.Def{
 	{Name: "llm.lane.state", Kind: otelbridge.Gauge, Labels: []string{"lane", "state"},
 		Description: "Lane classification: 1 for the lane's current state (idle, healthy, local_queue, gateway_degraded), 0 for the others."},
 	{Name: "llm.lane.reason", Kind: otelbridge.Gauge, Labels: []string{"lane", "reason"},
-		Description: "1 for each classification reason that holds for the lane (saturated, wait_p90, queue_timeouts, upstream_errors, retries), 0 for the others."},
+		Description: "1 for each classification reason that holds for the lane (every reason of the classification route, classify.Reasons), 0 for the others."},
 }
 
 // Defs returns the table of the metrics package telemetry produces beside

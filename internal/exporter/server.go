@@ -25,6 +25,7 @@ import (
 	"github.com/llmlanes/llmlanes/internal/version"
 	"github.com/llmlanes/llmlanes/limiter"
 	"github.com/llmlanes/llmlanes/limiter/lanehttp"
+	"github.com/llmlanes/llmlanes/otelbridge"
 	"github.com/llmlanes/llmlanes/sharedlane"
 	"github.com/llmlanes/llmlanes/telemetry"
 )
@@ -143,14 +144,13 @@ func New(cfg *Config, o Options) (*Server, error) {
 	tel.Watch(lim)
 	s.lim, s.tel = lim, tel
 	p := cfg.Metrics.Prefix
-	s.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "_config_last_reload_successful",
-		Help: "1 if the last configuration reload succeeded (or none was tried), 0 if it was refused."})
-	s.reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "_config_last_reload_success_timestamp_seconds",
-		Help: "When the configuration was last loaded successfully, in Unix seconds."})
+	gauge := func(i int, labels prometheus.Labels) prometheus.Gauge {
+		d := processDefs[i]
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: d.PromName(p), Help: d.Description, ConstLabels: labels})
+	}
+	s.reloadOK, s.reloadTime = gauge(pReloadOK, nil), gauge(pReloadTime, nil)
 	vi := version.Get()
-	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: p + "_build_info",
-		Help:        "Always 1; the labels say which build of lanes-exporter is running.",
-		ConstLabels: prometheus.Labels{"version": vi.Version, "revision": vi.Revision, "goversion": vi.GoVersion}})
+	buildInfo := gauge(pBuildInfo, prometheus.Labels{"version": vi.Version, "revision": vi.Revision, "goversion": vi.GoVersion})
 	buildInfo.Set(1)
 	tel.Registry().MustRegister(s.reloadOK, s.reloadTime, buildInfo, newTargetCollector(s, p))
 	tel.SetSources(func() []telemetry.Source { return s.targets().sources() })
@@ -281,3 +281,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	return s.tel.Shutdown(ctx)
 }
+
+// lanes-exporter's metrics about itself, by their place in processDefs.
+const (
+	pBuildInfo = iota
+	pReloadOK
+	pReloadTime
+)
+
+// processDefs is the table of lanes-exporter's metrics about itself; read
+// only.
+var processDefs = []otelbridge.Def{
+	pBuildInfo: {Name: "build_info", Labels: []string{"version", "revision", "goversion"},
+		Description: "Always 1; the labels say which build of lanes-exporter is running."},
+	pReloadOK: {Name: "config_last_reload_successful",
+		Description: "1 if the last configuration reload succeeded (or none was tried), 0 if it was refused."},
+	pReloadTime: {Name: "config_last_reload_success_timestamp_seconds", Float: true,
+		Description: "When the configuration was last loaded successfully, in Unix seconds."},
+}
+
+// ProcessDefs returns the table of lanes-exporter's metrics about itself
+// (a copy).
+func ProcessDefs() []otelbridge.Def { return append([]otelbridge.Def(nil), processDefs...) }

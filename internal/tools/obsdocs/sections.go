@@ -32,7 +32,7 @@ func Sections(root string) (map[string]string, error) {
 	return map[string]string{
 		"metrics":        metricTable("{p}", append(otelbridge.Defs(), telemetry.Defs()...)),
 		"genai-metrics":  metricTable("", otelbridge.GenAIDefs()),
-		"target-metrics": metricTable("{p}", exporter.TargetDefs()),
+		"target-metrics": metricTable("{p}", append(exporter.TargetDefs(), exporter.ProcessDefs()...)),
 		"codes":          codeTable(),
 		"alerts":         alerts,
 		"panels":         panels,
