@@ -228,7 +228,7 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	fgauge := func(i int, attrs attribute.Set, start time.Time, v float64) {
 		pts[i].floats = append(pts[i].floats, metricdata.DataPoint[float64]{Attributes: attrs, StartTime: start, Time: now, Value: v})
 	}
-	byLane := b.tenants.split(snap.Lanes)
+	byLane := b.tenants.split(snap.Lanes, snap.GeneratedAt)
 	for _, l := range snap.Lanes {
 		a := attribute.NewSet(attribute.String("lane", l.Lane))
 		inf, q := l.Inflight, l.QueuedByPriority

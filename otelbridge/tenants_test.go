@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -77,4 +78,59 @@ func TestTenantSeriesBound(t *testing.T) {
 	// it received since.
 	lanes = []limiter.LaneSnapshot{lane("L1", tn("a", 1), tn("b", 2), tn(limiter.OtherTenant, 5)), lane("L2", tn("e", 9), tn("d", 4), tn("f", 1))}
 	expect("restarted", "L1/a=1", "L1/b=2", "L1/other=5", "L2/d=4", "L2/e=9", "L2/other=12")
+}
+
+// A named tenant idle for 5 minutes gives its name up to an active tenant
+// that has none: one caller that took the names with a burst and went
+// quiet does not keep the honest tenants unnamed. A tenant idle for less,
+// or an unnamed tenant that is idle itself, changes nothing.
+func TestTenantSeriesIdleGiveUpTheirNames(t *testing.T) {
+	b, err := otelbridge.New(otelbridge.Options{TracerProvider: tracenoop.NewTracerProvider(), MaxTenantSeries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	var snap limiter.Snapshot
+	b.UseSnapshots(func() limiter.Snapshot { return snap })
+	tn := func(name string, service float64, inflight, queued int) limiter.TenantSnapshot {
+		return limiter.TenantSnapshot{Tenant: name, Service: limiter.Seconds(service), Inflight: inflight, Queued: queued, Weight: 1}
+	}
+	at := func(d time.Duration, tenants ...limiter.TenantSnapshot) []string {
+		t.Helper()
+		snap = limiter.Snapshot{GeneratedAt: t0.Add(d), Lanes: []limiter.LaneSnapshot{{Lane: "L", AllTenants: tenants}}}
+		sms, err := b.Produce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, sm := range sms {
+			for _, m := range sm.Metrics {
+				if m.Name != "llm.tenant.inflight" {
+					continue
+				}
+				for _, p := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					te, _ := p.Attributes.Value("tenant")
+					out = append(out, te.AsString())
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := at(0, tn("liar1", 1, 1, 0), tn("liar2", 1, 1, 0), tn("honest", 0, 0, 1)); !slices.Equal(got, []string{"liar1", "liar2", "other"}) {
+		t.Fatalf("at first: %v", got)
+	}
+	// The liars go quiet; a minute later the honest tenant is still unnamed.
+	if got := at(time.Minute, tn("liar1", 1, 0, 0), tn("liar2", 1, 0, 0), tn("honest", 0, 0, 1)); !slices.Equal(got, []string{"liar1", "liar2", "other"}) {
+		t.Fatalf("a minute on: %v", got)
+	}
+	// An idle unnamed tenant takes no name, however long the others idle.
+	if got := at(6*time.Minute, tn("liar1", 1, 0, 0), tn("liar2", 1, 0, 0), tn("honest", 0, 0, 0)); !slices.Equal(got, []string{"liar1", "liar2", "other"}) {
+		t.Fatalf("six minutes on, all idle: %v", got)
+	}
+	// Active again, it takes the name of one liar idle for 5 minutes.
+	got := at(7*time.Minute, tn("liar1", 1, 0, 0), tn("liar2", 1, 0, 0), tn("honest", 0, 1, 0))
+	if len(got) != 3 || !slices.Contains(got, "honest") || !slices.Contains(got, "other") {
+		t.Fatalf("seven minutes on: %v, want honest named beside one liar and other", got)
+	}
 }

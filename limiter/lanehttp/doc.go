@@ -21,8 +21,11 @@
 // reads and at most ResponseHeaderTimeout plus StallTimeout from the send,
 // and only then gives the slot back. Meanwhile the slot is
 // marked abandoned (limiter.Slot.Abandon; the snapshot's
-// abandoned_inflight). Set Transport.CancelPropagates for an upstream that
-// stops the work: the request is then canceled and the slot freed at once.
+// abandoned_inflight). A read of the body already waiting when its caller's
+// context ends returns with the next bytes, or at StallTimeout: the
+// upstream request no longer ends with that context. Set
+// Transport.CancelPropagates for an upstream that stops the work: the
+// request is then canceled and the slot freed at once.
 //
 // # A gateway's word
 //
