@@ -178,7 +178,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		base := "http://" + l.Addr
-		fmt.Fprintf(stdout, `lanes-exporter demo: a simulated gateway (capacity 8) behind lanes of 4 slots (1 reserved for interactive),
+		gw := "a simulated gateway (capacity 8)"
+		if *demoGateway == "litellm" {
+			gw = "a simulated LiteLLM-like gateway (capacity 8, max_parallel_requests 3)"
+		}
+		fmt.Fprintf(stdout, `lanes-exporter demo: %[2]s behind lanes of 4 slots (1 reserved for interactive),
 with chats, coder turns and review-panel bursts. Faults cycle every 100 s: normal for 20 s, then 429/5xx for 25 s, then stalls for 15 s.
 
   status page      %[1]s/
@@ -188,7 +192,7 @@ with chats, coder turns and review-panel bursts. Faults cycle every 100 s: norma
   proxy            %[1]s/proxy/sim/chat/completions   (header X-LLM-Priority: interactive|default|bulk)
 
 Ctrl-C to stop.
-`, base)
+`, base, gw)
 	case *config != "":
 		cfg, err := exporter.LoadConfig(*config)
 		if err != nil {
