@@ -72,7 +72,10 @@ func waitHandlers(t *testing.T, what string, ok func(n int) bool, limit time.Dur
 // slowly, for longer than write_timeout in all, is not cut.
 func TestClientsThatNeverReadAreReleased(t *testing.T) {
 	gw, calls := bigAnswers(t)
-	h := newHostile(t, "limiter: {max_inflight: 400}\nupstreams: [{name: gw, base_url: \""+gw.URL+"/v1\"}]\n"+
+	// The gateway stops an answer when its client goes (its write fails):
+	// cancel_propagates, so that 200 abandoned answers of 32 MiB are not
+	// read to their ends.
+	h := newHostile(t, "limiter: {max_inflight: 400}\nupstreams: [{name: gw, base_url: \""+gw.URL+"/v1\", cancel_propagates: true}]\n"+
 		"proxy: {write_timeout: 1s}\n", Options{})
 	body := `{"model":"m","stream":true}`
 	base := handlers()
