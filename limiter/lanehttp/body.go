@@ -122,6 +122,9 @@ func (x *exchange) read(p []byte) (int, error) {
 		o := x.statusOutcome()
 		if o == limiter.OutcomeOK && x.draining.Load() {
 			o = x.left // its caller left before the end
+			if n > 0 {
+				o = limiter.OutcomeCanceled // and more came after it left
+			}
 		}
 		x.finish(o)
 	case x.lost.Load():
