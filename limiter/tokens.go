@@ -372,7 +372,7 @@ func (l *lane) concurrencyLocked(s Slot, now int64, d time.Duration) {
 		// With no call of the lane in flight but the refused one, the
 		// gateway's room is taken by calls the lane cannot see end (other
 		// lanes', other clients'): it looks again soon.
-		d = min(max(d, ConcurrencyHold), ConcurrencyHold)
+		d = ConcurrencyHold
 	}
 	tk, c := l.tok, &l.tok.conc
 	tk.ConcHold = max(tk.ConcHold, now+int64(d))

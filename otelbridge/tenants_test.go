@@ -35,21 +35,12 @@ func TestTenantSeriesBound(t *testing.T) {
 	// scrape returns the tenant service series, "lane/tenant=service".
 	scrape := func() []string {
 		t.Helper()
-		sms, err := b.Produce(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
 		var out []string
-		for _, sm := range sms {
-			for _, m := range sm.Metrics {
-				if m.Name != "llm.tenant.service" {
-					continue
-				}
-				for _, p := range m.Data.(metricdata.Sum[float64]).DataPoints {
-					l, _ := p.Attributes.Value("lane")
-					te, _ := p.Attributes.Value("tenant")
-					out = append(out, fmt.Sprintf("%s/%s=%g", l.AsString(), te.AsString(), p.Value))
-				}
+		if m, ok := produced(t, b, "llm.tenant.service"); ok {
+			for _, p := range m.(metricdata.Sum[float64]).DataPoints {
+				l, _ := p.Attributes.Value("lane")
+				te, _ := p.Attributes.Value("tenant")
+				out = append(out, fmt.Sprintf("%s/%s=%g", l.AsString(), te.AsString(), p.Value))
 			}
 		}
 		slices.Sort(out)
@@ -98,20 +89,11 @@ func TestTenantSeriesIdleGiveUpTheirNames(t *testing.T) {
 	at := func(d time.Duration, tenants ...limiter.TenantSnapshot) []string {
 		t.Helper()
 		snap = limiter.Snapshot{GeneratedAt: t0.Add(d), Lanes: []limiter.LaneSnapshot{{Lane: "L", AllTenants: tenants}}}
-		sms, err := b.Produce(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
 		var out []string
-		for _, sm := range sms {
-			for _, m := range sm.Metrics {
-				if m.Name != "llm.tenant.inflight" {
-					continue
-				}
-				for _, p := range m.Data.(metricdata.Gauge[int64]).DataPoints {
-					te, _ := p.Attributes.Value("tenant")
-					out = append(out, te.AsString())
-				}
+		if m, ok := produced(t, b, "llm.tenant.inflight"); ok {
+			for _, p := range m.(metricdata.Gauge[int64]).DataPoints {
+				te, _ := p.Attributes.Value("tenant")
+				out = append(out, te.AsString())
 			}
 		}
 		slices.Sort(out)
@@ -133,4 +115,21 @@ func TestTenantSeriesIdleGiveUpTheirNames(t *testing.T) {
 	if len(got) != 3 || !slices.Contains(got, "honest") || !slices.Contains(got, "other") {
 		t.Fatalf("seven minutes on: %v, want honest named beside one liar and other", got)
 	}
+}
+
+// produced returns the data of the metric named name that b produces now.
+func produced(t *testing.T, b *otelbridge.Bridge, name string) (metricdata.Aggregation, bool) {
+	t.Helper()
+	sms, err := b.Produce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range sms {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m.Data, true
+			}
+		}
+	}
+	return nil, false
 }

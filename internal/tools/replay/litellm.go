@@ -27,14 +27,16 @@ type LiteLLMRun struct {
 	// caller received whole (its caller had given up).
 	Generated, Wasted int64
 	// Completed and Calls count the logical calls by class; Attempts,
-	// Retries and Timeouts the SDK's attempts, its retries and the
+	// Retries and AttemptTimeouts the SDK's attempts, its retries and the
 	// attempts that timed out.
-	Completed, Calls                     map[string]int
-	Attempts, Retries, AttemptTimeouts   int
-	QueueTimeouts, ConcurrencyRefusals   int
-	IdleCall, ClientTimeout, Duration    time.Duration
-	Backend                              string
-	MaxParallel, Limit, Callers, Retried int
+	Completed, Calls                   map[string]int
+	Attempts, Retries, AttemptTimeouts int
+	// The load, for the report's text: a call's length alone, the SDK's
+	// timeout, how long the run took (all simulated), the backend, the
+	// lane's limit, the callers and the SDK's retries.
+	IdleCall, ClientTimeout, Duration time.Duration
+	Backend                           string
+	Limit, Callers, Retried           int
 }
 
 // The LiteLLM replay's load, in simulated time: 28 callers at once (7
@@ -44,14 +46,13 @@ type LiteLLMRun struct {
 // the first of 10 tokens of 0.5 s) behind a LiteLLM-like proxy that does
 // not stop the backend's work when its client goes.
 const (
-	liteCallers     = 28
-	liteCapacity    = 4
-	liteTimeout     = 8 * time.Second
-	liteRetries     = 2
-	liteTokens      = 10
-	liteTokenTime   = 500 * time.Millisecond
-	liteFirstToken  = time.Second
-	liteMaxParallel = 0 // LiteLLM's max_parallel_requests: off, so that the backend's own load shows
+	liteCallers    = 28
+	liteCapacity   = 4
+	liteTimeout    = 8 * time.Second
+	liteRetries    = 2
+	liteTokens     = 10
+	liteTokenTime  = 500 * time.Millisecond
+	liteFirstToken = time.Second
 )
 
 // RunLiteLLM replays the load above three ways, over real HTTP at scale:
@@ -82,10 +83,10 @@ func RunLiteLLM(ctx context.Context, scale float64) ([]LiteLLMRun, error) {
 func runLiteLLM(ctx context.Context, scale float64, name string, lanes bool, opts string) (LiteLLMRun, error) {
 	scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * scale) }
 	r := LiteLLMRun{Name: name, Completed: map[string]int{}, Calls: map[string]int{}, Backend: fmt.Sprintf("capacity %d", liteCapacity),
-		IdleCall: liteFirstToken + liteTokens*liteTokenTime, ClientTimeout: liteTimeout, MaxParallel: liteMaxParallel,
+		IdleCall: liteFirstToken + liteTokens*liteTokenTime, ClientTimeout: liteTimeout,
 		Limit: liteCapacity, Callers: liteCallers, Retried: liteRetries}
 	sim := gatewaysim.New(gatewaysim.Config{Capacity: liteCapacity, TokenTime: scaled(liteTokenTime), Tokens: liteTokens,
-		FirstTokenDelay: scaled(liteFirstToken), LiteLLM: &gatewaysim.LiteLLM{MaxParallel: liteMaxParallel}, Seed: 1})
+		FirstTokenDelay: scaled(liteFirstToken), LiteLLM: &gatewaysim.LiteLLM{}, Seed: 1}) // no max_parallel_requests: the backend's own load shows
 	simSrv := httptest.NewServer(sim)
 	defer simSrv.Close()
 	defer sim.Close()
@@ -138,9 +139,6 @@ upstreams: [{name: litellm, base_url: "%s/v1"%s}]
 				if done {
 					r.Completed[class]++
 				}
-				if !retry && !done {
-					r.QueueTimeouts++
-				}
 				mu.Unlock()
 				if done || !retry {
 					return
@@ -158,7 +156,7 @@ upstreams: [{name: litellm, base_url: "%s/v1"%s}]
 	for _, n := range r.Completed {
 		done += n
 	}
-	r.Peak, r.Generated, r.ConcurrencyRefusals = st.Peak, st.TokensGenerated, int(st.ConcurrencyRefused)
+	r.Peak, r.Generated = st.Peak, st.TokensGenerated
 	r.Wasted = st.TokensGenerated - int64(done)*liteTokens
 	return r, ctx.Err()
 }
