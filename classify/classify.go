@@ -53,6 +53,11 @@ const (
 	// come down to it. Local: the lane's calls wait for the gateway's room
 	// on purpose (until a call in flight ends).
 	ReasonGatewayConcurrency = "gateway_concurrency"
+	// ReasonCallersGaveUp: calls left the queue in the last 5 minutes
+	// because their callers gave up on them (they went away, or their
+	// deadline came or was foreseen before a slot): waits at least as long
+	// as the callers would bear. Local while calls are queued.
+	ReasonCallersGaveUp = "callers_gave_up"
 	// ReasonSharedDown: the lane is shared (in Redis) and its store is
 	// unreachable, so this process uses lanes of its own or refuses calls.
 	// It points at neither the queue nor the gateway: it is listed, and
@@ -66,7 +71,7 @@ const (
 
 // Reasons lists every reason, local ones first, for metrics.
 func Reasons() []string {
-	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonTokenBudget, ReasonProviderLimit, ReasonGatewayConcurrency, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
+	return []string{ReasonSaturated, ReasonWaitP90, ReasonQueueTimeouts, ReasonCallersGaveUp, ReasonTokenBudget, ReasonProviderLimit, ReasonGatewayConcurrency, ReasonUpstreamErrors, ReasonRetries, ReasonLimitCut, ReasonSharedDown}
 }
 
 // IsGatewayReason reports whether reason r points at the gateway rather
@@ -167,6 +172,11 @@ type Counts struct {
 	// its calls in flight at the last one.
 	ConcurrencyRefusals int `json:"concurrency_refusals,omitempty"`
 	InflightAt429       int `json:"inflight_at_429,omitempty"`
+	// CallersGone and Deadlines count the waits of the last 5 minutes
+	// whose callers went away, and those answered at (or foreseen past)
+	// their callers' deadlines (limiter.LaneSnapshot.GaveUp5m).
+	CallersGone int `json:"callers_gone_5m,omitempty"`
+	Deadlines   int `json:"deadlines_5m,omitempty"`
 }
 
 // Lane classifies one lane from its snapshot.
@@ -205,6 +215,12 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 	}
 	if l.QueueTimeouts5m > 0 {
 		c.Reasons = append(c.Reasons, ReasonQueueTimeouts)
+		local = local || l.Queued > 0
+	}
+	if g := l.GaveUp5m; g != nil {
+		c.Counts.CallersGone = g.CallerGone.Interactive + g.CallerGone.Default + g.CallerGone.Bulk
+		c.Counts.Deadlines = g.Deadline.Interactive + g.Deadline.Default + g.Deadline.Bulk
+		c.Reasons = append(c.Reasons, ReasonCallersGaveUp)
 		local = local || l.Queued > 0
 	}
 	budget, provider := waitsFor(l)
@@ -355,12 +371,20 @@ func holdText(c Classification, gateway bool, reset float64) string {
 	return text
 }
 
-// timeouts names the queue timeouts of the window, if any, for a hold text.
+// timeouts names the queue timeouts of the window, and the callers who gave
+// up, if any, for a hold text.
 func timeouts(n Counts) string {
-	if n.QueueTimeouts5m == 0 {
-		return ""
+	var s string
+	if n.QueueTimeouts5m > 0 {
+		s += fmt.Sprintf(", %d queue %s in 5 min", n.QueueTimeouts5m, plural(n.QueueTimeouts5m, "timeout", "timeouts"))
 	}
-	return fmt.Sprintf(", %d queue %s in 5 min", n.QueueTimeouts5m, plural(n.QueueTimeouts5m, "timeout", "timeouts"))
+	if n.CallersGone > 0 {
+		s += fmt.Sprintf(", %d %s gave up waiting", n.CallersGone, plural(n.CallersGone, "caller", "callers"))
+	}
+	if n.Deadlines > 0 {
+		s += fmt.Sprintf(", %d %s answered at their deadline", n.Deadlines, plural(n.Deadlines, "call", "calls"))
+	}
+	return s
 }
 
 func p90(s *limiter.Seconds) string {

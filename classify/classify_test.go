@@ -55,6 +55,14 @@ func TestClassify(t *testing.T) {
 			classify.Healthy, []string{}, "gate healthy: 0 of 6 slots in use, 0 waiting"},
 		{"queue timeouts", with(func(l *limiter.LaneSnapshot) { l.Queued, l.QueueTimeouts5m, l.WaitP90 = 1, 2, sec(20) }),
 			classify.LocalQueue, []string{"queue_timeouts"}, "gate queue: 1 call waiting, p90 wait 20 s, 2 queue timeouts in 5 min"},
+		{"callers giving up while calls queue: the issue's first minute", with(func(l *limiter.LaneSnapshot) {
+			l.Inflight, l.Queued, l.WaitP50, l.WaitP90 = 6, 24, sec(0), sec(5.5)
+			l.GaveUp5m = &limiter.GaveUp{CallerGone: limiter.QueuedByPriority{Bulk: 2}, Deadline: limiter.QueuedByPriority{Default: 1, Bulk: 4}}
+		}), classify.LocalQueue, []string{"callers_gave_up"}, "gate queue: 24 calls waiting, p90 wait 6 s, 2 callers gave up waiting, 5 calls answered at their deadline"},
+		{"callers gave up, none queued now", with(func(l *limiter.LaneSnapshot) {
+			l.Inflight, l.WaitP50, l.WaitP90 = 2, sec(0), sec(3)
+			l.GaveUp5m = &limiter.GaveUp{CallerGone: limiter.QueuedByPriority{Interactive: 1}}
+		}), classify.Healthy, []string{"callers_gave_up"}, "gate healthy: 2 of 6 slots in use, 0 waiting, 1 caller gave up waiting"},
 		{"5xx with a free lane", with(func(l *limiter.LaneSnapshot) {
 			l.Inflight, l.Upstream = 2, &limiter.UpstreamCounts{OK: 10, ServerErrors: 4}
 		}), classify.GatewayDegraded, []string{"upstream_errors"}, "gateway degraded: 4 × 5xx in 5 min"},

@@ -40,6 +40,11 @@ type Request struct {
 	Tenant  string
 	Arrival time.Time // its logical arrival (see WithArrival), on the limiter's clock
 	Config  Config    // the settings in force: MaxInflight, the reserve, QueueTimeout, Fairness, the token budgets
+	// MaxWait, if above 0, bounds the wait below Config.QueueTimeout: the
+	// call's deadline comes first (see WithDeadline). A wait it ends ends
+	// as a queue timeout does. 0 means the queue timeout; below 0, the
+	// call may not wait: it is granted at once or leaves the queue.
+	MaxWait time.Duration
 	// Tokens is the call's estimate (WithTokens), 0 for none: a Backend
 	// that keeps token budgets (TokenBackend) charges it.
 	Tokens int64

@@ -7,14 +7,14 @@ import (
 
 // A call is what the limiter knows of one model call, read from its
 // context once, as Acquire starts, in this file: its class (WithPriority),
-// its logical arrival (WithArrival), its tenant (WithTenant) and its token
-// estimate (WithTokens, WithOpenOutput). Every later step, in this process
+// its logical arrival (WithArrival), its tenant (WithTenant), its token
+// estimate (WithTokens, WithOpenOutput) and its deadline (WithDeadline). Every later step, in this process
 // or on a Backend, takes the call, never the context.
 //
-// The With functions keep the four facts together, in one context value
+// The With functions keep the facts together, in one context value
 // of type *call that each of them copies and changes: a lookup walks the
 // context's chain of values (a proxied request's holds a dozen), and
-// Acquire makes one, not four.
+// Acquire makes one, not five.
 type call struct {
 	prio    Priority  // as given: see read
 	arrival time.Time // when given (arrived): see arrivedBy
@@ -22,7 +22,8 @@ type call struct {
 	tenant  string // "": DefaultTenant
 	// tokens is the context's estimate: an int64 (WithTokens), an
 	// *openOutput (WithOpenOutput) or nil (see estimateOf).
-	tokens any
+	tokens   any
+	deadline time.Time // zero: none given (see maxWait)
 }
 
 type callKey struct{}

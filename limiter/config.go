@@ -35,9 +35,19 @@ type Config struct {
 	MaxInflight int
 
 	// QueueTimeout bounds how long one acquisition waits for a slot; 0 means
-	// DefaultQueueTimeout. A context deadline can shorten a wait, never
-	// lengthen it.
+	// DefaultQueueTimeout. A call's deadline can shorten a wait, never
+	// lengthen it (see WithDeadline).
 	QueueTimeout time.Duration
+
+	// Deadline says what a lane does with a call whose deadline it can
+	// foresee missing (see WithDeadline): AnswerEarly, the default, answers
+	// it at once; WaitForDeadline queues it until its deadline all the same.
+	Deadline DeadlinePolicy
+
+	// DeadlineMargin is how long before a call's deadline its wait ends, so
+	// that the answer reaches the caller before the caller gives up; 0
+	// means DefaultDeadlineMargin.
+	DeadlineMargin time.Duration
 
 	// InteractiveReserve is counted against non-interactive holders: calls
 	// whose own class is not Interactive may hold at most MaxInflight minus
@@ -163,6 +173,12 @@ func (c Config) Validate() error {
 	}
 	if c.QueueTimeout < 0 {
 		bad("queue_timeout", "is %s: want 0 (the default, %s) or more", c.QueueTimeout, DefaultQueueTimeout)
+	}
+	if c.Deadline != AnswerEarly && c.Deadline != WaitForDeadline {
+		bad("deadline", "is %d: want AnswerEarly or WaitForDeadline", c.Deadline)
+	}
+	if c.DeadlineMargin < 0 || c.DeadlineMargin > maxDeadlineMargin {
+		bad("deadline_margin", "is %s: want 0 (the default, %s) to %s", c.DeadlineMargin, DefaultDeadlineMargin, maxDeadlineMargin)
 	}
 	if c.InteractiveReserve < 0 {
 		bad("interactive_reserve", "is %d: want 0 or more", c.InteractiveReserve)

@@ -10,11 +10,13 @@ import (
 var ErrQueueTimeout = errors.New("limiter: queue timeout")
 
 // QueueTimeoutError is returned by Acquire when a call waited
-// Config.QueueTimeout without getting a slot. It is not worth retrying at
-// once: a retry joins the same queue again.
+// Config.QueueTimeout without getting a slot, or could not get one before
+// its deadline (Cause says which). It is not worth retrying at once: a
+// retry joins the same queue again.
 type QueueTimeoutError struct {
 	Lane         string        // the lane key
 	Priority     Priority      // the call's own class
+	Cause        TimeoutCause  // why the wait ended
 	Waited       time.Duration // how long this acquisition waited
 	Position     int           // 1-based place in the serving order when the wait ended
 	Queued       int           // waiters in the lane then, this one included
@@ -27,6 +29,16 @@ type QueueTimeoutError struct {
 }
 
 func (e *QueueTimeoutError) Error() string {
+	switch e.Cause {
+	case CauseDeadline:
+		return fmt.Sprintf("limiter: lane %q: no slot before the call's deadline, after waiting %s (position %d of %d queued, priority %s); "+
+			"a new call would wait about %s: give it a longer timeout, or send less work to this lane",
+			e.Lane, e.Waited.Round(100*time.Millisecond), e.Position, e.Queued, e.Priority, e.RetryAfter)
+	case CauseEstimate:
+		return fmt.Sprintf("limiter: lane %q: the wait for a slot, about %s (position %d of %d queued, priority %s), is longer than the time left before the call's deadline; "+
+			"give it a longer timeout, or send less work to this lane",
+			e.Lane, e.RetryAfter, e.Position, e.Queued, e.Priority)
+	}
 	return fmt.Sprintf("limiter: lane %q: no slot after waiting %s (position %d of %d queued, priority %s); "+
 		"raise max_inflight (now %d) if the gateway has capacity to spare, raise queue_timeout (now %s), "+
 		"or send less work to this lane; a new call would wait about %s",

@@ -18,8 +18,9 @@ const (
 	// Canceled: the call's context ended while it waited; it left the
 	// queue. Its Wait is not a wait sample (the caller chose its length).
 	Canceled
-	// TimedOut: the call waited QueueTimeout and left the queue. Its Wait
-	// is a wait sample, as a grant's is.
+	// TimedOut: the call waited QueueTimeout, or reached (or was foreseen
+	// to miss) its deadline, and left the queue; Cause says which. Its
+	// Wait is a wait sample, as a grant's is, except for CauseEstimate.
 	TimedOut
 	// Exchanged: an exchange with the upstream ended (see RecordExchange).
 	Exchanged
@@ -62,7 +63,10 @@ type Event struct {
 	// stack").
 	Kind     EventKind
 	Priority Priority // the call's own class (aging not applied)
-	Lane     string
+	// Cause is why a TimedOut wait ended: its queue timeout or its
+	// caller's deadline (see QueueTimeoutError).
+	Cause TimeoutCause
+	Lane  string
 	// Tenant is the call's tenant as its lane tracks it (a name, or
 	// OtherTenant past the bound), for Enqueued, Acquired, Canceled,
 	// TimedOut and Refused; "" for a call that names none (DefaultTenant).

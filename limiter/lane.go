@@ -498,17 +498,29 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, c *call, t *tenant, 
 	l.q.seq++
 	w.at = int64(w.arrival.Sub(lim.origin))
 	l.touchLocked(now)
-	l.enqueueLocked(w, cfg.queueTimeout())
+	timeout, cause := c.maxWait(ctx, cfg, now)
+	w.cause = cause
+	l.enqueueLocked(w, max(timeout, time.Nanosecond)) // not due before dispatch has looked
 	w.place = l.q.placeOf(p)
 	// A newcomer can be served at once: an interactive call may take a
 	// slot that the queued non-interactive work may not, and a retry that
-	// carries an early arrival may rank first.
+	// carries an early arrival may rank first. Otherwise one whose
+	// deadline has come, or is foreseen, is answered at once.
 	l.dispatchLocked(now)
-	if w.state == granted {
+	if w.state == waiting && cause == CauseDeadline {
+		l.answerEarlyLocked(cfg, w, timeout, now)
+	}
+	switch w.state {
+	case granted:
 		<-w.ready
 		l.mu.Unlock()
 		l.emitWait(ctx, Acquired, p, t.label, 0, 0)
 		return Slot{h: w.hold, gen: w.gen}, nil
+	case timedOut:
+		<-w.ready
+		l.mu.Unlock()
+		l.emitTimedOut(ctx, w, t.label)
+		return Slot{}, w.err
 	}
 	// The lane's timer bounds the wait from the moment w was queued, before
 	// anyone could learn of it (enqueueLocked).
@@ -525,6 +537,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, c *call, t *tenant, 
 			l.dequeueLocked(w, now)
 			w.state = canceled
 			w.waited = now.Sub(w.enqueued)
+			l.stats.GiveUp(now, stats.CallerGone, p.Index())
 			l.leftLocked(now)
 		} else {
 			<-w.ready // it ended meanwhile: take the value it was sent
@@ -543,7 +556,7 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, c *call, t *tenant, 
 		}
 		return s, nil
 	case timedOut:
-		l.emitWait(ctx, TimedOut, p, t.label, w.waited, w.err.(*QueueTimeoutError).Position)
+		l.emitTimedOut(ctx, w, t.label)
 		return Slot{}, w.err
 	case refused:
 		l.emitWait(ctx, Refused, p, t.label, w.waited, w.place)
@@ -551,6 +564,38 @@ func (l *lane) waitLocked(ctx context.Context, cfg *Config, c *call, t *tenant, 
 	default:
 		l.emitWait(ctx, Canceled, p, t.label, w.waited, w.place)
 		return Slot{}, ctx.Err()
+	}
+}
+
+// answerEarlyLocked ends w's wait as it queues if its deadline is within
+// the margin already (timeout 0), or, under AnswerEarly, if the lane
+// estimates its wait above the time it has before its deadline. With no
+// estimate (no recent grants to go by) w waits.
+func (l *lane) answerEarlyLocked(cfg *Config, w *waiter, timeout time.Duration, now time.Time) {
+	if timeout > 0 {
+		if cfg.Deadline != AnswerEarly {
+			return
+		}
+		v := l.stats.At(now)
+		d, ok := waitFor(&v, l.busyNowLocked(now), cfg, w.prio, w.place-1)
+		if !ok || d <= timeout {
+			return
+		}
+		w.cause = CauseEstimate
+	}
+	l.expireLocked(w, now)
+	l.leftLocked(now)
+}
+
+// emitTimedOut tells the observers of w's queue timeout. Out of line, as
+// emitWait is.
+//
+//go:noinline
+func (l *lane) emitTimedOut(ctx context.Context, w *waiter, tenant string) {
+	e := w.err.(*QueueTimeoutError)
+	ev := Event{Kind: TimedOut, Cause: e.Cause, Lane: l.key, Priority: w.prio, Tenant: tenant, Wait: w.waited, Position: e.Position}
+	for _, o := range l.lim.observers {
+		l.lim.tell(o, ctx, &ev)
 	}
 }
 
@@ -573,6 +618,7 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	e := &QueueTimeoutError{
 		Lane:         l.key,
 		Priority:     w.prio,
+		Cause:        w.cause,
 		Waited:       now.Sub(w.enqueued),
 		Position:     l.q.position(w, l.ns(now)),
 		Queued:       l.q.n,
@@ -582,7 +628,15 @@ func (l *lane) expireLocked(w *waiter, now time.Time) {
 	l.creditBusyLocked(now)
 	l.touchLocked(now)
 	l.dequeueLocked(w, now)
-	l.stats.Timeout(now, e.Waited)
+	switch w.cause {
+	case CauseQueueTimeout:
+		l.stats.Timeout(now, e.Waited)
+	case CauseDeadline: // a wait of at least this long
+		l.stats.Sample(now, e.Waited)
+		l.stats.GiveUp(now, stats.Deadline, w.prio.Index())
+	default: // answered as it queued: no wait to count
+		l.stats.GiveUp(now, stats.Deadline, w.prio.Index())
+	}
 	e.RetryAfter = l.retryAfterLocked(cfg, w.prio, now, l.q.aheadOf(l.ns(now))[w.prio.Index()])
 	w.waited, w.err = e.Waited, e
 	w.end(timedOut)

@@ -342,25 +342,6 @@ func TestQueueTimeout(t *testing.T) {
 	h.expectCounts(gw, 0, 0)
 }
 
-func TestShorterContextDeadlineWins(t *testing.T) {
-	h := newHarness(t, cfgN(1))
-	held := h.take(gw, "holder", limiter.Default)
-	// The queue timeout is 300 s on the fake clock; the context's deadline
-	// passes in real time long before that.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	h.queue(ctx, gw, "waiter", limiter.Default)
-	r := h.next()
-	if !errors.Is(r.err, context.DeadlineExceeded) || errors.Is(r.err, limiter.ErrQueueTimeout) {
-		t.Fatalf("err %v, want the context's deadline error", r.err)
-	}
-	if l := h.lane(gw); l.Queued != 0 || l.QueueTimeouts5m != 0 {
-		t.Fatalf("after deadline: %+v", l)
-	}
-	held.Release()
-	h.expectCounts(gw, 0, 0)
-}
-
 // 7. Cancellation and races.
 func TestCanceledWaiterLeavesNothing(t *testing.T) {
 	h := newHarness(t, cfgN(1))

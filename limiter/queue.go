@@ -26,9 +26,10 @@ type waiter struct {
 	arrival  time.Time // logical arrival: drives aging
 	at       int64     // the same, in ns since the limiter's origin: orders the class
 	enqueued time.Time // when this acquisition started waiting
-	deadline time.Time // enqueued plus the queue timeout in force then
-	seq      uint64    // breaks ties between equal arrivals, first come first
-	place    int       // place in line when it queued, for events
+	deadline time.Time // when its wait ends: enqueued plus its maxWait
+	cause    TimeoutCause
+	seq      uint64 // breaks ties between equal arrivals, first come first
+	place    int    // place in line when it queued, for events
 	state    waiterState
 	waited   time.Duration
 	err      error

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
 // acquireShared is Acquire with a backend: the backend decides; the lane
@@ -20,6 +22,7 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 	}
 	start := l.clock.Now()
 	arrival := c.arrivedBy(start)
+	maxWait, cause := c.maxWait(ctx, cfg, start)
 	t := ln.tenantLocked(cfg, c.tenant)
 	cost, open := ln.estimateLocked(cfg, c.tokens)
 	if err := tooLarge(cfg, key, cost); err != nil {
@@ -40,10 +43,18 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(l.down, cancel)()
-	lease, err := l.backend.Acquire(bctx, Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Tokens: cost, Queued: func(pos int) {
+	r := Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Tokens: cost}
+	if cause == CauseDeadline {
+		r.MaxWait = maxWait
+		if maxWait == 0 {
+			r.MaxWait = -1 // one look at the lane, then the answer
+		}
+	}
+	r.Queued = func(pos int) {
 		place = pos
 		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.label, Position: pos})
-	}})
+	}
+	lease, err := l.backend.Acquire(bctx, r)
 	if err != nil && ctx.Err() == nil && l.closed.Load() {
 		err = ErrShuttingDown
 	}
@@ -72,8 +83,13 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 		}
 		e.Kind = Acquired
 	case errors.Is(err, ErrQueueTimeout):
-		ln.stats.Timeout(now, waited)
-		qe := &QueueTimeoutError{Lane: key, Priority: p, Waited: waited, Position: place, Queued: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
+		if cause == CauseDeadline {
+			ln.stats.Sample(now, waited)
+			ln.stats.GiveUp(now, stats.Deadline, p.Index())
+		} else {
+			ln.stats.Timeout(now, waited)
+		}
+		qe := &QueueTimeoutError{Lane: key, Priority: p, Cause: cause, Waited: waited, Position: place, Queued: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
 		ahead := 0
 		var st *BackendQueueTimeout
 		if errors.As(err, &st) {
@@ -81,11 +97,14 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 		}
 		qe.RetryAfter = ln.retryAfterLocked(cfg, p, now, ahead)
 		err, e.Position = qe, qe.Position
-		e.Kind = TimedOut
+		e.Kind, e.Cause = TimedOut, cause
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrLaneUnavailable):
 		e.Kind = Refused
 	default:
 		e.Kind = Canceled
+		if place > 0 {
+			ln.stats.GiveUp(now, stats.CallerGone, p.Index())
+		}
 	}
 	ln.mu.Unlock()
 	l.emit(ctx, e)

@@ -42,6 +42,12 @@ type LaneSnapshot struct {
 	WaitP50         *Seconds `json:"wait_p50_s_5m"`
 	WaitP90         *Seconds `json:"wait_p90_s_5m"`
 	QueueTimeouts5m int      `json:"queue_timeouts_5m"`
+	// GaveUp5m counts the waits of the last 5 minutes that ended because
+	// their callers gave up: they left (caller_gone), or their deadline
+	// came or was foreseen before a slot (deadline; see WithDeadline), by
+	// the call's own class. nil (and the key left out) when there were
+	// none. An extra key.
+	GaveUp5m *GaveUp `json:"gave_up_5m,omitempty"`
 	// Saturated is true when the queue has been non-empty for 60 s or more
 	// without a break.
 	Saturated bool `json:"saturated"`
@@ -104,6 +110,23 @@ type Shared struct {
 }
 
 // QueuedByPriority counts waiters by their own class.
+// GaveUp counts waits whose callers gave up, by cause and class.
+type GaveUp struct {
+	CallerGone QueuedByPriority `json:"caller_gone"`
+	Deadline   QueuedByPriority `json:"deadline"`
+}
+
+// gaveUpOf returns the snapshot's form of g, nil when it counts nothing.
+func gaveUpOf(g stats.GaveUp) *GaveUp {
+	if g == (stats.GaveUp{}) {
+		return nil
+	}
+	by := func(c [3]uint32) QueuedByPriority {
+		return QueuedByPriority{Interactive: int(c[0]), Default: int(c[1]), Bulk: int(c[2])}
+	}
+	return &GaveUp{CallerGone: by(g[stats.CallerGone]), Deadline: by(g[stats.Deadline])}
+}
+
 type QueuedByPriority struct {
 	Interactive int `json:"interactive"`
 	Default     int `json:"default"`
@@ -155,6 +178,7 @@ func (l *lane) snapshotLocked(cfg *Config, now time.Time) LaneSnapshot {
 		s.WaitP50, s.WaitP90 = &a, &b
 	}
 	s.QueueTimeouts5m = v.Timeouts()
+	s.GaveUp5m = gaveUpOf(v.GaveUp())
 	s.Upstream = upstreamCounts(&v)
 	s.ETA = l.etaLocked(cfg, now, &v)
 	s.ColdStart, s.Adaptive = l.limit.state(cfg, now)

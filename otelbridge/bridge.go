@@ -117,11 +117,20 @@ func (b *Bridge) record(ctx context.Context, ev *limiter.Event) {
 			m.wait[e.Priority.Index()].record(ctx, seconds(e.Wait), b.now())
 		case limiter.TimedOut:
 			// A lane that times its callers out must not look fast.
-			m.wait[e.Priority.Index()].record(ctx, seconds(e.Wait), b.now())
-			m.timeouts.Add(1)
-			b.recordGenAIRefusal(ctx, m, e, lanehttp.QueueTimeoutCode)
+			if e.Cause != limiter.CauseEstimate { // answered as it queued: no wait
+				m.wait[e.Priority.Index()].record(ctx, seconds(e.Wait), b.now())
+			}
+			if e.Cause == limiter.CauseQueueTimeout {
+				m.timeouts.Add(1)
+			} else {
+				m.giveUp(1, e.Priority)
+			}
+			b.recordGenAIRefusal(ctx, m, e, lanehttp.TimeoutCode(e.Cause))
 		case limiter.Canceled:
 			m.canceled.Add(1)
+			if e.Position > 0 { // it had queued
+				m.giveUp(0, e.Priority)
+			}
 		}
 	case limiter.Exchanged:
 		x := e.Exchange
@@ -172,6 +181,9 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 	switch e.Kind {
 	case limiter.TimedOut:
 		outcome = "queue_timeout"
+		if e.Cause != limiter.CauseQueueTimeout {
+			outcome = "deadline"
+		}
 	case limiter.Canceled:
 		outcome = "canceled"
 	case limiter.Refused:
@@ -187,9 +199,10 @@ func (b *Bridge) queueSpan(ctx context.Context, e limiter.Event) context.Context
 	}
 	switch e.Kind {
 	case limiter.TimedOut:
-		span.SetAttributes(semconv.ErrorTypeKey.String(lanehttp.QueueTimeoutCode))
-		span.SetStatus(codes.Error, "no lane slot within the queue timeout")
-		call.SetAttributes(semconv.ErrorTypeKey.String(lanehttp.QueueTimeoutCode), attribute.String("llmlanes.outcome", "queue_timeout"))
+		code := lanehttp.TimeoutCode(e.Cause)
+		span.SetAttributes(semconv.ErrorTypeKey.String(code))
+		span.SetStatus(codes.Error, "no lane slot within the queue timeout or before the call's deadline")
+		call.SetAttributes(semconv.ErrorTypeKey.String(code), attribute.String("llmlanes.outcome", outcome))
 		call.SetStatus(codes.Error, "lane queue timeout")
 	case limiter.Canceled:
 		span.SetAttributes(semconv.ErrorTypeKey.String("canceled"))

@@ -102,6 +102,7 @@ const (
 	mQueueWait = iota
 	mTimeouts
 	mCancellations
+	mGaveUp
 	mUpstreamRequests
 	mUpstreamRetries
 	mFirstByte
@@ -130,6 +131,7 @@ const (
 	onlyTokens  = "lanes whose calls reported tokens"
 	onlyBudget  = "lanes with a token budget, or a provider's rate-limit headers"
 	onlyShared  = "shared lanes"
+	onlyGaveUp  = "lanes whose callers have given up on a queued call"
 )
 
 // laneDefs is the table of the lane metrics the bridge produces; read
@@ -141,6 +143,8 @@ var laneDefs = [nLaneDefs]Def{
 		Description: "Model calls that gave up waiting for a lane slot after the queue timeout."},
 	mCancellations: {Name: "llm.queue.cancellations", Unit: "{call}", Kind: Counter, Labels: []string{"lane"},
 		Description: "Model calls whose caller went away (its context ended) while they waited for a lane slot; not in the wait histogram."},
+	mGaveUp: {Name: "llm.queue.gave_up", Unit: "{call}", Kind: Counter, Labels: []string{"lane", "priority", "cause"}, Only: onlyGaveUp,
+		Description: "Model calls that left the queue because their callers gave up, by class and cause: caller_gone (the caller went away) or deadline (answered before the client's stated timeout, at it or at once on the lane's estimate)."},
 	mUpstreamRequests: {Name: "llm.upstream.requests", Unit: "{request}", Kind: Counter, Labels: []string{"lane", "outcome"},
 		Description: "Exchanges with the upstream gateway, by lane and outcome."},
 	mUpstreamRetries: {Name: "llm.upstream.retries", Unit: "{retry}", Kind: Counter, Labels: []string{"lane"},

@@ -31,6 +31,8 @@
 //	                                           queue timeout's whole wait
 //	p_llm_queue_timeouts_total{lane}           counter
 //	p_llm_queue_cancellations_total{lane}      counter: waits ended by the caller (not in the histogram)
+//	p_llm_queue_gave_up_total{lane,priority,cause} counter: waits whose callers gave up, cause
+//	                                           caller_gone or deadline; from a lane's first one
 //	p_llm_limit{lane}, p_llm_reserve{lane}     gauges: the configured limit and reserve in force
 //	p_llm_saturated{lane}                      gauge, 1 when queued > 0 has held for 60 s
 //	p_llm_oldest_wait_seconds{lane}            gauge

@@ -34,6 +34,13 @@ var firstByteBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 12
 // estimate and 1 one that used twice it.
 var estimateErrorBuckets = []float64{-0.9, -0.75, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2}
 
+// giveUp counts a wait of class p whose caller gave up, for cause (0
+// caller gone, 1 deadline).
+func (m *laneMetrics) giveUp(cause int, p limiter.Priority) {
+	m.gaveUp[cause][p.Index()].Add(1)
+	m.gaveUpSeen.Store(true)
+}
+
 // laneMetrics is one lane's cumulative metrics.
 type laneMetrics struct {
 	start    time.Time // when the lane's series began
@@ -43,10 +50,15 @@ type laneMetrics struct {
 	outcome  []attribute.Set // by limiter.Outcome
 	timeouts atomic.Int64
 	canceled atomic.Int64
-	retries  atomic.Int64
-	upstream []atomic.Int64 // by limiter.Outcome
-	wait     [3]histogram   // by class
-	first    histogram
+	// gaveUp counts the waits whose callers gave up, by cause (caller
+	// gone, deadline) and class, once one did (gaveUpSeen).
+	gaveUpSeen atomic.Bool
+	gaveUp     [2][3]atomic.Int64
+	cause      [2][3]attribute.Set
+	retries    atomic.Int64
+	upstream   []atomic.Int64 // by limiter.Outcome
+	wait       [3]histogram   // by class
+	first      histogram
 	// tokens counts the tokens the lane's calls used, prompt and
 	// completion (kind), once one reported any (tokened); estimate is how
 	// far their estimates were off.
@@ -65,6 +77,9 @@ func newLaneMetrics(lane string, start time.Time) *laneMetrics {
 	for _, p := range []limiter.Priority{limiter.Interactive, limiter.Default, limiter.Bulk} {
 		m.class[p.Index()] = attribute.NewSet(attribute.String("lane", lane), attribute.String("priority", p.String()))
 		m.wait[p.Index()].init(waitBuckets)
+		for c, name := range []string{"caller_gone", "deadline"} {
+			m.cause[c][p.Index()] = attribute.NewSet(attribute.String("lane", lane), attribute.String("priority", p.String()), attribute.String("cause", name))
+		}
 	}
 	for _, o := range outcomes {
 		m.outcome[o] = attribute.NewSet(attribute.String("lane", lane), attribute.String("outcome", o.String()))
@@ -211,6 +226,13 @@ func (b *Bridge) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		hist(mFirstByte, m.first.point(m.lane, m.start, now))
 		sum(mTimeouts, m, m.lane, m.timeouts.Load())
 		sum(mCancellations, m, m.lane, m.canceled.Load())
+		if m.gaveUpSeen.Load() {
+			for c := range m.gaveUp {
+				for p := range m.gaveUp[c] {
+					sum(mGaveUp, m, m.cause[c][p], m.gaveUp[c][p].Load())
+				}
+			}
+		}
 		sum(mUpstreamRetries, m, m.lane, m.retries.Load())
 		for o := range m.upstream {
 			sum(mUpstreamRequests, m, m.outcome[o], m.upstream[o].Load())

@@ -32,6 +32,12 @@ func (b *Backend) Acquire(ctx context.Context, r limiter.Request) (limiter.Lease
 	if qt == 0 {
 		qt = limiter.DefaultQueueTimeout
 	}
+	switch { // the call's deadline may come first
+	case r.MaxWait < 0:
+		qt = 0
+	case r.MaxWait > 0 && r.MaxWait < qt:
+		qt = r.MaxWait
+	}
 	deadline := time.Now().Add(qt)
 	due, stop := b.after(qt)
 	defer stop()
@@ -128,8 +134,13 @@ func (b *Backend) now() time.Time {
 
 // after returns a channel closed once d has passed on the backend's clock
 // (Config.Clock, in tests; else the system's), and a func that stops it.
+// For d of 0 or less it is closed already.
 func (b *Backend) after(d time.Duration) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
+	if d <= 0 {
+		close(ch)
+		return ch, func() {}
+	}
 	if b.cfg.Clock != nil {
 		t := b.cfg.Clock.AfterFunc(d, func() { close(ch) })
 		return ch, func() { t.Stop() }

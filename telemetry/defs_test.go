@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"testing"
@@ -16,7 +17,8 @@ import (
 // scrape: every llm family /metrics has is a declared Def under the name
 // PromName gives it (so docs/OBSERVABILITY.md, generated from the Defs,
 // names what a scrape finds), and every Def is in the scrape of a lane
-// with a named tenant, a token budget and tokens reported (the shared
+// with a named tenant, a token budget, tokens reported and a caller who
+// gave up (the shared
 // lanes' families aside: they need a Redis, and sharedlane's tests scrape
 // them).
 func TestDefsNameTheExposition(t *testing.T) {
@@ -29,6 +31,19 @@ func TestDefsNameTheExposition(t *testing.T) {
 	s.lim.RecordExchange(ctx, lane, limiter.Exchange{Outcome: limiter.OutcomeOK, Status: 200,
 		Tokens: &limiter.ExchangeTokens{Estimate: 100, Used: limiter.Usage{Prompt: 60, Completion: 20}, FromUsage: true}})
 	slot.Release()
+	// A full lane, and a call whose deadline has passed: it gives up.
+	full := make([]limiter.Slot, 2)
+	for i := range full {
+		if full[i], err = s.lim.Acquire(ctx, lane); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.lim.Acquire(limiter.WithDeadline(ctx, s.lim.Clock().Now()), lane); !errors.Is(err, limiter.ErrQueueTimeout) {
+		t.Fatalf("a call past its deadline on a full lane: %v", err)
+	}
+	for _, f := range full {
+		f.Release()
+	}
 
 	families, err := s.tel.Registry().Gather()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmlanes/llmlanes/internal/gatewaysim"
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
@@ -32,6 +33,7 @@ type anthropicCall struct {
 	Stream    bool   `json:"stream"`
 	Tenant    string `json:"tenant,omitempty"`
 	Priority  string `json:"priority,omitempty"`
+	Timeout   int    `json:"timeout,omitempty"` // the client's timeout in seconds; 0: the SDK's default
 }
 
 // anthropicResult is how it ended, as the client reports it.
@@ -51,6 +53,9 @@ type anthropicClient func(t *testing.T, base string, c anthropicCall) anthropicR
 // goAnthropic is github.com/anthropics/anthropic-sdk-go (v2).
 func goAnthropic(t *testing.T, base string, c anthropicCall) anthropicResult {
 	opts := []option.RequestOption{option.WithHeader("X-Test-Call", c.ID)}
+	if c.Timeout > 0 {
+		opts = append(opts, option.WithRequestTimeout(time.Duration(c.Timeout)*time.Second))
+	}
 	if c.Tenant != "" {
 		opts = append(opts, option.WithHeader(TenantHeader, c.Tenant))
 	}
@@ -329,6 +334,33 @@ func anthropicClients(t *testing.T, send anthropicClient) {
 	}
 	if proxy, gw := r.attempts("late"); proxy != 1 || gw != 0 {
 		t.Fatalf("late: %d attempts at the proxy, %d at the gateway; want 1 and 0", proxy, gw)
+	}
+
+	// A client timeout of 6 s, shorter than the wait: the lane answers
+	// 503 lane_deadline before the client's own timer fires (at once when
+	// its estimate of the wait is longer, else 5.5 s in on its clock), and
+	// the client does not retry it.
+	short := call("short")
+	short.Timeout = 6
+	go func() { done <- send(t, r.base, short) }()
+	var res anthropicResult
+	r.until(t, "a call with a deadline answered or queued", func(l limiter.LaneSnapshot) bool {
+		select {
+		case res = <-done:
+			return true
+		default:
+			return l.Queued == 1
+		}
+	})
+	if res.Status == 0 {
+		r.clock.Advance(5500 * time.Millisecond)
+		res = <-done
+	}
+	if res.OK || res.Status != 503 || !strings.Contains(res.Message, lanehttp.DeadlineCode) {
+		t.Fatalf("short: %+v, want the deadline's 503 (%s)", res, lanehttp.DeadlineCode)
+	}
+	if proxy, gw := r.attempts("short"); proxy != 1 || gw != 0 {
+		t.Fatalf("short: %d attempts at the proxy, %d at the gateway; want 1 and 0", proxy, gw)
 	}
 	close(r.hold)
 	if res := <-held; !res.OK {

@@ -71,6 +71,13 @@ type LimiterConfig struct {
 	MaxInflight        int      `yaml:"max_inflight"`
 	QueueTimeout       Duration `yaml:"queue_timeout"`
 	InteractiveReserve *int     `yaml:"interactive_reserve"`
+	// Deadline and DeadlineMargin: what a lane does with a call whose
+	// client's stated timeout (X-LLM-Timeout, X-Stainless-Timeout,
+	// X-Stainless-Read-Timeout) it foresees missing, answer_early (the
+	// default) or wait, and how long before that timeout a queued call is
+	// answered (0: 500 ms); see limiter.Config.Deadline.
+	Deadline       string   `yaml:"deadline"`
+	DeadlineMargin Duration `yaml:"deadline_margin"`
 	// Adaptive, when present, makes max_inflight the ceiling of a limit
 	// learned from the gateway (see limiter.Adaptive).
 	Adaptive *AdaptiveConfig `yaml:"adaptive"`
@@ -348,6 +355,9 @@ func (c *Config) check() error {
 	// limiter.Config.Validate, named here by its key in this file.
 	// (checkBounds has judged the limits section, whose 0 means a default
 	// here, not what it means to the library.)
+	if _, ok := limiter.ParseDeadlinePolicy(c.Limiter.Deadline); !ok {
+		return keyErr("limiter.deadline", "is %q: want answer_early (the default) or wait", c.Limiter.Deadline)
+	}
 	var se *limiter.SettingError
 	lc := c.limiterConfig()
 	if err := lc.ValidateFor(c.backendKind()); errors.As(err, &se) {
@@ -461,6 +471,8 @@ func (c *Config) limiterConfig() limiter.Config {
 	if c.Limiter.InteractiveReserve != nil {
 		lc.InteractiveReserve = *c.Limiter.InteractiveReserve
 	}
+	lc.Deadline, _ = limiter.ParseDeadlinePolicy(c.Limiter.Deadline) // checked
+	lc.DeadlineMargin = time.Duration(c.Limiter.DeadlineMargin)
 	if a := c.Limiter.Adaptive; a != nil {
 		lc.Adaptive = &limiter.Adaptive{MinInflight: a.MinInflight, Initial: a.Initial}
 	}

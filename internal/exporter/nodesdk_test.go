@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmlanes/llmlanes/limiter"
+	"github.com/llmlanes/llmlanes/limiter/lanehttp"
 	"github.com/llmlanes/llmlanes/limiter/limitertest"
 )
 
@@ -177,4 +178,57 @@ func TestNodeSDKRetryKeepsItsPlace(t *testing.T) {
 	if got != "F,E,F,L,X" {
 		t.Fatalf("gateway order %s, want F,E,F,L,X: the SDK's retry ahead of L, the forged retry last", got)
 	}
+}
+
+// The official OpenAI Node SDK with a 6 s timeout and two retries, queued
+// behind a held slot: it sends X-Stainless-Timeout: 6, and the lane
+// answers 503 lane_deadline 5.5 s in on its clock, before the SDK's own
+// timer: one attempt, a typed error (InternalServerError, code
+// lane_deadline), no retry.
+func TestNodeSDKDeadline(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(nodeSDK, "node_modules", "openai")); err != nil {
+		t.Fatalf("the OpenAI Node SDK is not installed (%v): run make tools", err)
+	}
+	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
+	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Body.Close()
+	long.Body.Read(make([]byte, 64))
+	hitsBefore := r.hits.Load()
+	out := make(chan []byte, 1)
+	go func() {
+		cmd := exec.Command("node", "chat.mjs", r.front.URL+"/proxy/gw", "short", "bulk", "hi", "6000")
+		cmd.Dir = nodeSDK
+		b, _ := cmd.Output() // a failed call exits 1, its JSON printed
+		out <- b
+	}()
+	r.waitQueued("protolabs/smart", 1)
+	sent := time.Now()
+	r.clock.Advance(5500 * time.Millisecond)
+	var got []byte
+	select {
+	case got = <-out:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the SDK never returned")
+	}
+	var res struct {
+		OK                  bool
+		Status              int
+		Code, Type, Message string
+	}
+	if err := json.Unmarshal(got, &res); err != nil {
+		t.Fatalf("%q: %v", got, err)
+	}
+	if res.OK || res.Status != 503 || res.Code != lanehttp.DeadlineCode || res.Type != "InternalServerError" {
+		t.Fatalf("%+v, want a typed 503 %s", res, lanehttp.DeadlineCode)
+	}
+	if took := time.Since(sent); took > 5*time.Second {
+		t.Fatalf("answered %s after the deadline's margin", took)
+	}
+	if n := r.hits.Load() - hitsBefore; n != 1 {
+		t.Fatalf("%d attempts reached the proxy, want 1 (no retry)", n)
+	}
+	close(r.up.hold)
 }

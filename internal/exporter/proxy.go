@@ -76,6 +76,7 @@ func (s *Server) newUpstream(u Upstream, cfg *Config) *upstream {
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del(PriorityHeader)
 			pr.Out.Header.Del(TenantHeader)
+			pr.Out.Header.Del(lanehttp.TimeoutHeader)
 		},
 		Transport:      s.tel.Bridge().Transport(up.lanes, s.providerOpt(u)...),
 		FlushInterval:  -1, // streams pass through chunk by chunk
@@ -127,7 +128,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	// spans, which the bridge then hands on to the gateway.
 	ctx := s.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	cfg := s.cfg.Load()
-	ctx, ok := callContext(ctx, w, r, cfg)
+	ctx, ok := callContext(ctx, w, r, cfg, s.clock.Now())
 	if !ok {
 		return
 	}
@@ -166,13 +167,18 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	u.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// callContext returns ctx with the call's class and tenant from r's
-// headers, or answers a 400 itself and returns ok false. It is out of
+// callContext returns ctx with the call's class, tenant and deadline from
+// r's headers (the deadline: arrival at now plus the client's stated
+// timeout, lanehttp.StatedTimeout), or answers a 400 itself and returns ok
+// false. It is out of
 // line, so that its frame is not on the stack of every queued call
 // (docs/DESIGN.md, "A queued call's stack").
 //
 //go:noinline
-func callContext(ctx context.Context, w http.ResponseWriter, r *http.Request, cfg *Config) (_ context.Context, ok bool) {
+func callContext(ctx context.Context, w http.ResponseWriter, r *http.Request, cfg *Config, now time.Time) (_ context.Context, ok bool) {
+	if d, ok := lanehttp.StatedTimeout(r.Header); ok {
+		ctx = limiter.WithDeadline(ctx, now.Add(d))
+	}
 	if v := r.Header.Get(PriorityHeader); v != "" {
 		p, err := limiter.ParsePriority(v)
 		if err != nil {

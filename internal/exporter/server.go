@@ -32,10 +32,11 @@ import (
 
 // Server is a running lanes-exporter's state.
 type Server struct {
-	file string // the configuration file, for reloads; "" when built in code
-	log  *slog.Logger
-	lim  *limiter.Limiter
-	tel  *telemetry.Telemetry
+	file  string // the configuration file, for reloads; "" when built in code
+	log   *slog.Logger
+	lim   *limiter.Limiter
+	clock limiter.Clock // the limiter's
+	tel   *telemetry.Telemetry
 	// shared keeps the lanes in Redis (the shared: section); nil otherwise.
 	shared *sharedlane.Backend
 	base   http.RoundTripper // shared connection pool to the upstreams
@@ -164,6 +165,7 @@ func New(cfg *Config, o Options) (*Server, error) {
 		clock = limiter.SystemClock()
 	}
 	s.history = history.New(HistoryWindow, HistoryInterval)
+	s.clock = clock
 	s.sampler = &sampler{s: s, clock: clock}
 	s.sampler.schedule()
 	return s, nil

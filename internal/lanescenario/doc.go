@@ -9,8 +9,10 @@
 //
 //	config limit=2 reserve=1 timeout=5m tpm=1000 max-inflight-tokens=0
 //	       cap=1 max-tenants=100 weights=(a=2,b=1) cold-start
+//	       deadline=wait|answer_early margin=500ms
 //	reload <the same keys>     (Limiter.SetConfig)
 //	acquire id=a1 class=bulk tenant=A tokens=300 [arrival=-30s|arrival=a1]
+//	        [deadline=6s]      (its caller gives up 6 s from now: WithDeadline)
 //	advance 61s                (the fake clock, from one due timer to the next)
 //	release id=a1
 //	cancel id=a1               (the caller gives up)

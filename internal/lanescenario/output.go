@@ -55,6 +55,12 @@ func why(err error) string {
 	case errors.As(err, &qt):
 		// Where it stood in the serving order as it left, which an engine
 		// counts apart from the order it serves in.
+		switch qt.Cause {
+		case limiter.CauseDeadline:
+			return fmt.Sprintf("answered at its deadline at place %d of %d", qt.Position, qt.Queued)
+		case limiter.CauseEstimate:
+			return fmt.Sprintf("answered early at place %d of %d: a wait of about %s", qt.Position, qt.Queued, qt.RetryAfter)
+		}
 		return fmt.Sprintf("timed out at place %d of %d", qt.Position, qt.Queued)
 	case errors.Is(err, limiter.ErrQueueTimeout):
 		return "timed out"

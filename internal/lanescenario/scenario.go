@@ -275,6 +275,18 @@ func (r *runner) config(t *testing.T, td *datadriven.TestData) limiter.Config {
 			}
 		case "cold-start":
 			cfg.ColdStart = true
+		case "deadline":
+			p, ok := limiter.ParseDeadlinePolicy(a.SingleVal(t))
+			if !ok {
+				td.Fatalf(t, "deadline: want wait or answer_early")
+			}
+			cfg.Deadline = p
+		case "margin":
+			d, err := time.ParseDuration(a.SingleVal(t))
+			if err != nil {
+				td.Fatalf(t, "margin: %v", err)
+			}
+			cfg.DeadlineMargin = d
 		default:
 			td.Fatalf(t, "unknown setting %q", a.Key)
 		}
@@ -310,6 +322,22 @@ func (r *runner) acquire(t *testing.T, td *datadriven.TestData) {
 	if td.HasArg("tokens") {
 		td.ScanArgs(t, "tokens", &c.tokens)
 		ctx = limiter.WithTokens(ctx, c.tokens)
+	}
+	if td.HasArg("deadline") {
+		var s string
+		td.ScanArgs(t, "deadline", &s)
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			td.Fatalf(t, "deadline=%s: want a duration from now", s)
+		}
+		ctx = limiter.WithDeadline(ctx, now.Add(d))
+		margin := r.cfg.DeadlineMargin
+		if margin == 0 {
+			margin = limiter.DefaultDeadlineMargin
+		}
+		if end := now.Add(d - margin); end.Before(c.due) {
+			c.due = end
+		}
 	}
 	if td.HasArg("arrival") {
 		var s string

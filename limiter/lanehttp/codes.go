@@ -16,6 +16,12 @@ const (
 	// QueueTimeoutCode: the call waited the whole queue timeout;
 	// Retry-After is the estimated wait.
 	QueueTimeoutCode = "lane_queue_timeout"
+	// DeadlineCode: the call could not get a slot before its caller's
+	// deadline (the client's timeout), so it was answered before the
+	// client gave up: at the deadline less a margin, or at once when the
+	// lane's estimate of the wait was longer; Retry-After is the estimated
+	// wait.
+	DeadlineCode = "lane_deadline"
 	// LaneLimitCode: the call's lane does not exist and max_lanes lanes do.
 	LaneLimitCode = "lane_limit_reached"
 	// ShuttingDownCode: the process is shutting down; retryable, to
@@ -60,6 +66,7 @@ type Code struct {
 // codeTable is this package's table; read only.
 var codeTable = []Code{
 	{QueueTimeoutCode, http.StatusServiceUnavailable, true, "the call waited the whole queue timeout; Retry-After is the estimated wait"},
+	{DeadlineCode, http.StatusServiceUnavailable, true, "no slot before the client's deadline (its timeout less `deadline_margin`), or a wait estimated past it (`deadline: answer_early`); answered before the client gives up; Retry-After is the estimated wait"},
 	{LaneLimitCode, http.StatusServiceUnavailable, true, "the call's lane does not exist and `max_lanes` lanes do"},
 	{ShuttingDownCode, http.StatusServiceUnavailable, false, "the process is shutting down: send the call again, to another instance"},
 	{LaneUnavailableCode, http.StatusServiceUnavailable, false, "the lane is shared, its store (Redis) is unreachable and the backend refuses calls then; Retry-After 5"},

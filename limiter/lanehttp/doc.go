@@ -73,14 +73,17 @@
 // (Authorization, X-Api-Key, Api-Key), Idempotency-Key, query string and
 // body. An attempt with the fingerprint of such a call, while no other
 // attempt of it is in progress, is its retry: it queues with that arrival
-// and counts as a retry in the lane's signals. An attempt that never
-// reached the gateway (canceled by its caller while it queued, timed out
-// in the queue, refused) leaves no place to come back to. The memory is
-// bounded (10,000 calls, a tenth of them per caller), expires, keeps no
-// credential or body (only a seeded hash), and is never fed by the client:
-// a header such as X-Stainless-Retry-Count neither moves a call up nor
-// counts as a retry, and identical requests sent side by side are separate
-// calls. Transports that share a Recall share the memory (lanes-exporter's
+// and counts as a retry in the lane's signals. An attempt whose caller gave
+// up while it queued (a client whose timeout counts the wait) leaves a
+// place for a resend its SDK marks as a retry (X-Stainless-Retry-Count
+// above 0), within the window: it keeps the time it waited, not the time
+// away (its arrival moves on by that), and is not counted as a retry. An
+// attempt that timed out in the queue or was refused leaves no place. The
+// memory is bounded (10,000 calls, a tenth of them per caller), expires,
+// keeps no credential or body (only a seeded hash), and is never fed by
+// the client alone: a retry header for a call never seen, or for one that
+// gave up without waiting, gains nothing, and identical requests sent side
+// by side are separate calls. Transports that share a Recall share the memory (lanes-exporter's
 // survives its reloads). A caller that
 // puts limiter.WithArrival in the request's context decides the arrival
 // itself. Streams that break before any content are reconnected the same

@@ -39,15 +39,17 @@ const (
 // has one, its query string (where some gateways take a key) and its body:
 // an SDK's retry resends exactly these. Only an attempt that reached the
 // gateway and did not succeed makes a later one a retry, and only within
-// the retry window after it ended; an attempt that never reached the
-// gateway (its caller gave up while it queued, it timed out in the queue,
-// it was refused) leaves no place to come back to. An attempt whose
-// fingerprint matches such a call, with no attempt of it in progress, is
-// that call's retry. Everything comes from this process's own memory: a
-// header such as X-Stainless-Retry-Count never moves a call up nor counts
-// it as a retry (a forged one for a call never seen gains nothing), and
-// identical requests sent side by side are separate calls, each arriving
-// when it arrives. A call that succeeds is forgotten. Fingerprints are
+// the retry window after it ended. An attempt whose caller gave up while
+// it queued (its client's timeout counts the wait) leaves a place for a
+// resend its SDK marks as a retry (X-Stainless-Retry-Count above 0): it
+// keeps the time it waited, not the time away, and is not counted as a
+// retry. An attempt that timed out in the queue or was refused leaves no
+// place. An attempt whose fingerprint matches such a call, with no
+// attempt of it in progress, is that call's retry. Everything else comes
+// from this process's own memory: a retry header for a call never seen,
+// or for one that gave up without waiting, gains nothing, and identical
+// requests sent side by side are separate calls, each arriving when it
+// arrives. A call that succeeds is forgotten. Fingerprints are
 // hashed with a per-process random seed; credentials and bodies are never
 // kept.
 type recall struct {
@@ -71,6 +73,9 @@ type recalled struct {
 	ended   time.Time     // when the last attempt ended
 	active  int           // attempts in progress
 	idle    *list.Element // in recall.idle while active is 0
+	// gaveUp: its last attempt's caller gave up while it queued; only an
+	// attempt its SDK marks as a retry continues it.
+	gaveUp bool
 }
 
 // A Recall is a Transport's memory of recent calls (see the package
@@ -130,8 +135,9 @@ type attempt struct {
 }
 
 // begin starts an attempt of the call with fingerprint key, of caller,
-// at now.
-func (r *recall) begin(key, caller uint64, now time.Time) attempt {
+// at now; sdkRetry is whether its SDK marks it as a retry
+// (X-Stainless-Retry-Count above 0).
+func (r *recall) begin(key, caller uint64, now time.Time, sdkRetry bool) attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expireLocked(now)
@@ -143,9 +149,17 @@ func (r *recall) begin(key, caller uint64, now time.Time) attempt {
 		}
 		r.idle.Remove(c.idle)
 		c.idle = nil
-		if now.Sub(c.arrival) <= maxCallAge {
-			c.active++
-			return attempt{r: r, key: key, arrival: c.arrival, retry: true, tracked: true}
+		if now.Sub(c.arrival) <= maxCallAge && (!c.gaveUp || sdkRetry) {
+			// A call whose caller gave up in the queue keeps the time it
+			// waited there, not the time it spent away (its arrival moves
+			// on by that), so a retry header gains nothing beyond the
+			// wait; its retry says nothing of the gateway: not counted.
+			retry := !c.gaveUp
+			if c.gaveUp {
+				c.arrival = c.arrival.Add(now.Sub(c.ended))
+			}
+			c.active, c.gaveUp = c.active+1, false
+			return attempt{r: r, key: key, arrival: c.arrival, retry: retry, tracked: true}
 		}
 		r.forgetLocked(c)
 	}
@@ -191,6 +205,28 @@ func (a attempt) end(now time.Time, sent, done bool) {
 		return
 	}
 	c.ended = now
+	c.idle = r.idle.PushFront(c)
+}
+
+// gaveUp reports that the attempt ended at now because its caller gave up
+// while it queued: a retry its SDK marks as one keeps the call's first
+// arrival, within the retry window (a client's timeout counts the wait, so
+// its SDK's retry would otherwise start again at the back of the queue).
+func (a attempt) gaveUp(now time.Time) {
+	if !a.tracked {
+		return
+	}
+	r := a.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.calls[a.key]
+	if !ok || c.active == 0 {
+		return
+	}
+	if c.active--; c.active > 0 {
+		return
+	}
+	c.gaveUp, c.ended = true, now
 	c.idle = r.idle.PushFront(c)
 }
 

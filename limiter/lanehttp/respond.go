@@ -66,11 +66,20 @@ func (b ErrorBody) encode() []byte {
 	return append(j, '\n')
 }
 
+// TimeoutCode returns the code of a queue timeout: QueueTimeoutCode, or
+// DeadlineCode when the caller's deadline ended the wait.
+func TimeoutCode(c limiter.TimeoutCause) string {
+	if c == limiter.CauseQueueTimeout {
+		return QueueTimeoutCode
+	}
+	return DeadlineCode
+}
+
 // QueueTimeoutBody returns the JSON error that answers a queue timeout.
 func QueueTimeoutBody(e *limiter.QueueTimeoutError) ErrorBody {
 	waited, timeout, after := round1(e.Waited.Seconds()), round1(e.QueueTimeout.Seconds()), round1(e.RetryAfter.Seconds())
 	return ErrorBody{ErrorDetail{
-		Message: e.Error(), Type: "queue_timeout", Code: QueueTimeoutCode,
+		Message: e.Error(), Type: "queue_timeout", Code: TimeoutCode(e.Cause),
 		Lane: e.Lane, Priority: e.Priority.String(), WaitedS: &waited, Position: e.Position,
 		Queued: e.Queued, MaxInflight: e.Limit, QueueTimeoutS: &timeout, RetryAfterS: &after,
 	}}
@@ -82,7 +91,7 @@ func QueueTimeoutBody(e *limiter.QueueTimeoutError) ErrorBody {
 // or a scheduler deciding when to send the work again), and the JSON error
 // of QueueTimeoutBody.
 func QueueTimeoutResponse(req *http.Request, e *limiter.QueueTimeoutError) *http.Response {
-	res := mustCode(QueueTimeoutCode).Response(req, QueueTimeoutBody(e))
+	res := mustCode(TimeoutCode(e.Cause)).Response(req, QueueTimeoutBody(e))
 	res.Header.Set("Retry-After", strconv.FormatInt(int64(max(time.Second, e.RetryAfter)/time.Second), 10))
 	return res
 }

@@ -2,6 +2,7 @@ package lanehttp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -200,6 +201,15 @@ func TestResendRecognisedWithoutHeaders(t *testing.T) {
 // goes first. (A genuine SDK retry after a 5xx keeps its place:
 // TestOpenAIRetryKeepsItsPlace.)
 func TestCanceledWhileQueuedLeavesNoPlace(t *testing.T) {
+	for _, marked := range []bool{false, true} {
+		t.Run(fmt.Sprint("retry-header-", marked), func(t *testing.T) { canceledWhileQueued(t, marked) })
+	}
+}
+
+// canceledWhileQueued is the attack, each resend marked as an SDK's retry
+// (X-Stainless-Retry-Count) or not: the attempts gave up without waiting,
+// so the header gains nothing either.
+func canceledWhileQueued(t *testing.T, marked bool) {
 	r := newRig(t, on(1))
 	held := r.hold()
 	body := `{"model":"` + model + `","messages":[{"role":"user","content":"the attacker's"}]}`
@@ -208,6 +218,9 @@ func TestCanceledWhileQueuedLeavesNoPlace(t *testing.T) {
 		req := chatRequest(t, r.gw.url(), body).WithContext(ctx)
 		req.Header.Set("Authorization", "Bearer sk-attacker")
 		req.Header.Set("X-Test-Call", id)
+		if marked && id != "pre0" {
+			req.Header.Set("X-Stainless-Retry-Count", "1")
+		}
 		done := make(chan error, 1)
 		go func() {
 			res, err := r.hc.Do(req)
@@ -251,5 +264,64 @@ func TestCanceledWhileQueuedLeavesNoPlace(t *testing.T) {
 	}
 	if got := strings.Join(r.gw.ids(), ","); got != "control,real" {
 		t.Fatalf("gateway order %s, want control,real: the canceled attempts left the attacker no place", got)
+	}
+}
+
+// A client whose timeout counts the wait gives up after 10 s in the queue
+// and its SDK resends the call, marked as a retry, a second later: it
+// keeps the 10 s it waited, ahead of a call that arrived 5 s after its
+// first attempt, and the lane counts no retry. Without the mark it goes
+// behind.
+func TestGaveUpInQueueRetryKeepsItsWait(t *testing.T) {
+	for _, marked := range []bool{true, false} {
+		t.Run(fmt.Sprint("marked-", marked), func(t *testing.T) {
+			r := newRig(t, on(1))
+			held := r.hold()
+			send := func(ctx context.Context, id, prompt string, retry int) chan error {
+				req := chatRequest(t, r.gw.url(), `{"model":"`+model+`","messages":[{"role":"user","content":"`+prompt+`"}]}`).WithContext(ctx)
+				req.Header.Set("X-Test-Call", id)
+				req.Header.Set("X-Stainless-Retry-Count", strconv.Itoa(retry))
+				done := make(chan error, 1)
+				go func() {
+					res, err := r.hc.Do(req)
+					if err == nil {
+						io.Copy(io.Discard, res.Body)
+						res.Body.Close()
+					}
+					done <- err
+				}()
+				r.waitEnqueued(id)
+				return done
+			}
+			ctx, cancel := context.WithCancel(callCtx("first", limiter.Default))
+			first := send(ctx, "first", "the patient one's", 0)
+			r.clock.Advance(5 * time.Second)
+			other := send(callCtx("other", limiter.Default), "other", "another", 0)
+			r.clock.Advance(5 * time.Second)
+			cancel() // the client's timeout, 10 s after it sent
+			<-first
+			r.clock.Advance(time.Second)
+			n := 0
+			if marked {
+				n = 1
+			}
+			again := send(callCtx("again", limiter.Default), "again", "the patient one's", n)
+			held.Release()
+			for _, c := range []chan error{other, again} {
+				if err := recv(t, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := "again,other"
+			if !marked {
+				want = "other,again"
+			}
+			if got := strings.Join(r.gw.ids(), ","); got != want {
+				t.Fatalf("gateway order %s, want %s", got, want)
+			}
+			if u := r.lim.Snapshot().Lanes[0].Upstream; u == nil || u.Retries != 0 {
+				t.Fatalf("upstream counts %+v, want no retry counted", u)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,7 +268,11 @@ func (a *admission) clock(t *Transport, done bool) {
 
 // refuse records the refusal of a's acquisition with err.
 func (t *Transport) refuse(a *admission, req *http.Request, err error) {
-	a.at.end(t.Limiter.Clock().Now(), false, false)
+	if req.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		a.at.gaveUp(t.Limiter.Clock().Now()) // its caller gave up while it queued
+	} else {
+		a.at.end(t.Limiter.Clock().Now(), false, false)
+	}
 	if a.res = t.refusal(req, a.lane, err); a.res == nil {
 		a.err = err
 	} else if t.ServerTiming {
@@ -327,10 +332,17 @@ func (t *Transport) prepare(req *http.Request) *admission {
 	if _, set := limiter.ArrivalFrom(req.Context()); !set {
 		if r := t.recalls(); r != nil {
 			call, caller := r.fingerprint(req, a.lane, a.body)
-			a.at = r.begin(call, caller, t.Limiter.Clock().Now())
+			a.at = r.begin(call, caller, t.Limiter.Clock().Now(), sdkRetry(req))
 		}
 	}
 	return a
+}
+
+// sdkRetry reports whether req's SDK marks it as a retry: an
+// X-Stainless-Retry-Count above 0.
+func sdkRetry(req *http.Request) bool {
+	n, err := strconv.Atoi(req.Header.Get("X-Stainless-Retry-Count"))
+	return err == nil && n > 0
 }
 
 // refusal returns the synthesized answer to an acquisition that failed with

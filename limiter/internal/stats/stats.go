@@ -96,8 +96,29 @@ type slot struct {
 	timeouts uint32
 	granted  uint32        // grants out of the queue
 	busy     time.Duration // time the queue was non-empty
+	gaveUp   GaveUp        // waits that ended because their callers gave up
 	waits    *stepHist     // nil until a non-zero wait lands in this step
 	upstream Upstream
+}
+
+// Causes of GaveUp: the caller left (its context ended), or its deadline
+// came (or was foreseen) before a slot.
+const (
+	CallerGone = iota
+	Deadline
+	Causes
+)
+
+// GaveUp counts the waits that ended because their callers gave up, by
+// cause (CallerGone, Deadline) and the call's own class (by index).
+type GaveUp [Causes][3]uint32
+
+func (g *GaveUp) add(o *GaveUp, sign uint32) {
+	for c := range g {
+		for p := range g[c] {
+			g[c][p] += sign * o[c][p] // sign is 1 or ^0 (minus one, wrapping)
+		}
+	}
 }
 
 // Upstream counts exchanges by outcome, and retries.
@@ -142,6 +163,7 @@ type Window struct {
 	timeouts uint64
 	granted  uint64
 	busy     time.Duration
+	gaveUp   GaveUp
 	waits    *sumHist // waits above 0 (queued grants and queue timeouts); nil until the first
 	nwaits   uint64
 	upstream Upstream
@@ -196,6 +218,8 @@ func (w *Window) moveTo(k int64) {
 		w.timeouts -= uint64(sl.timeouts)
 		w.granted -= uint64(sl.granted)
 		w.busy -= sl.busy
+		w.gaveUp.add(&sl.gaveUp, ^uint32(0))
+		sl.gaveUp = GaveUp{}
 		w.upstream.sub(&sl.upstream)
 		sl.upstream = Upstream{}
 		if h := sl.waits; h != nil {
@@ -252,6 +276,15 @@ func (w *Window) Wait(now time.Time, d time.Duration) {
 		o := histOffset(ds, i)
 		sl.waits.off[i-histExact] += uint32(o)
 		w.waits.off[i-histExact] += o
+	}
+}
+
+// Sample counts a wait of d that ended at now without a grant, as a wait
+// sample, unless it rounds to 0: a wait that ended as it began is no
+// sample, and not an immediate grant either.
+func (w *Window) Sample(now time.Time, d time.Duration) {
+	if d >= 50*time.Millisecond {
+		w.Wait(now, d)
 	}
 }
 
@@ -313,6 +346,14 @@ func (w *Window) Timeout(now time.Time, d time.Duration) {
 	w.timeouts++
 }
 
+// GiveUp counts a wait of a call of class p (by index) that ended at now
+// because its caller gave up, for cause (CallerGone or Deadline).
+func (w *Window) GiveUp(now time.Time, cause, p int) {
+	w.Advance(now)
+	w.slots[w.cur%steps].gaveUp[cause][p]++
+	w.gaveUp[cause][p]++
+}
+
 // Exchange counts an upstream exchange at now: its outcome (an index below
 // Outcomes), whether it was a retry, how long it held its slot, and
 // whether it was an upstream error.
@@ -351,6 +392,7 @@ type View struct {
 	// The sums of the window at now.
 	zeros, timeouts, granted, nwaits uint64
 	busy                             time.Duration
+	gaveUp                           GaveUp
 	upstream                         Upstream
 }
 
@@ -358,8 +400,9 @@ type View struct {
 // is valid until the window is next recorded into.
 func (w *Window) At(now time.Time) View {
 	v := View{w: w, gone: w.gone(now), now: now, zeros: w.zeros, timeouts: w.timeouts, granted: w.granted,
-		nwaits: w.nwaits, busy: w.busy, upstream: w.upstream}
+		nwaits: w.nwaits, busy: w.busy, gaveUp: w.gaveUp, upstream: w.upstream}
 	for _, sl := range v.gone {
+		v.gaveUp.add(&sl.gaveUp, ^uint32(0))
 		v.zeros -= uint64(sl.zeros)
 		v.timeouts -= uint64(sl.timeouts)
 		v.granted -= uint64(sl.granted)
@@ -376,6 +419,9 @@ func (w *Window) At(now time.Time) View {
 
 // Timeouts counts the queue timeouts in the window.
 func (v *View) Timeouts() int { return int(v.timeouts) }
+
+// GaveUp counts the waits in the window whose callers gave up.
+func (v *View) GaveUp() GaveUp { return v.gaveUp }
 
 // Upstream returns the exchanges in the window.
 func (v *View) Upstream() Upstream { return v.upstream }

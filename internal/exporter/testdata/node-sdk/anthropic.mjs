@@ -2,12 +2,12 @@
 // and its own retries (maxRetries 2). Used by internal/exporter's
 // TestAnthropicClients; prints one JSON line.
 //
-//   node anthropic.mjs <baseURL> <call as JSON: id, model, prompt, max_tokens, stream, tenant, priority>
+//   node anthropic.mjs <baseURL> <call as JSON: id, model, prompt, max_tokens, stream, tenant, priority, timeout (s)>
 import Anthropic from '@anthropic-ai/sdk';
 
 const [, , baseURL, spec] = process.argv;
 const c = JSON.parse(spec);
-const client = new Anthropic({ baseURL, apiKey: 'sk-ant-node-test', maxRetries: 2, timeout: 120000 });
+const client = new Anthropic({ baseURL, apiKey: 'sk-ant-node-test', maxRetries: 2, timeout: (c.timeout || 120) * 1000 });
 const headers = { 'X-Test-Call': c.id };
 if (c.tenant) headers['X-LLM-Tenant'] = c.tenant;
 if (c.priority) headers['X-LLM-Priority'] = c.priority;

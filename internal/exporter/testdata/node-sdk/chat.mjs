@@ -1,19 +1,23 @@
 // One chat completion through lanes-exporter with the official OpenAI Node
 // SDK and its own retries (maxRetries 2). Used by internal/exporter's
-// TestNodeSDKRetryKeepsItsPlace; prints one JSON line.
+// TestNodeSDKRetryKeepsItsPlace and TestNodeSDKDeadline; prints one JSON
+// line.
 //
-//   node chat.mjs <baseURL> <call id> <priority> <prompt>
+//   node chat.mjs <baseURL> <call id> <priority> <prompt> [timeout in ms]
 import OpenAI from 'openai';
 
-const [, , baseURL, id, priority, prompt] = process.argv;
+const [, , baseURL, id, priority, prompt, timeout] = process.argv;
 const client = new OpenAI({ baseURL, apiKey: 'sk-node-test', maxRetries: 2, timeout: 120000 });
+// openai-node states a timeout (X-Stainless-Timeout) only when it is given
+// per request, as here; a client-wide one is not sent.
+const perRequest = timeout ? { timeout: Number(timeout) } : {};
 try {
   const res = await client.chat.completions.create(
     { model: 'protolabs/smart', messages: [{ role: 'user', content: prompt }] },
-    { headers: { 'X-LLM-Priority': priority, 'X-Test-Call': id } },
+    { headers: { 'X-LLM-Priority': priority, 'X-Test-Call': id }, ...perRequest },
   );
   console.log(JSON.stringify({ id, ok: true, content: res.choices[0].message.content }));
 } catch (err) {
-  console.log(JSON.stringify({ id, ok: false, status: err.status ?? 0, message: String(err.message) }));
+  console.log(JSON.stringify({ id, ok: false, status: err.status ?? 0, code: err.code ?? '', type: err.constructor.name, message: String(err.message) }));
   process.exitCode = 1;
 }

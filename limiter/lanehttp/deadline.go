@@ -1,0 +1,49 @@
+package lanehttp
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The headers a client states its timeout in, first found first used:
+// TimeoutHeader (ours; a proxy strips it before forwarding), then the
+// official SDKs' own: the OpenAI and Anthropic Node and Go SDKs send
+// X-Stainless-Timeout (the attempt's timeout, whole seconds), openai-python
+// sends X-Stainless-Read-Timeout (its read timeout, which runs until the
+// response's headers arrive, then between a stream's chunks).
+const (
+	TimeoutHeader              = "X-LLM-Timeout"
+	StainlessTimeoutHeader     = "X-Stainless-Timeout"
+	StainlessReadTimeoutHeader = "X-Stainless-Read-Timeout"
+	maxStatedTimeout           = 24 * time.Hour
+	minStatedTimeout           = time.Millisecond
+	statedTimeoutMaxLen        = 32
+)
+
+// StatedTimeout returns the timeout h states for its call (see
+// TimeoutHeader), and false when it states none. A value that is not a
+// number of seconds above 0 and at most a day (negative, 0, NaN, huge,
+// text) is ignored, never an error: the next header is looked at.
+func StatedTimeout(h http.Header) (time.Duration, bool) {
+	for _, name := range [...]string{TimeoutHeader, StainlessTimeoutHeader, StainlessReadTimeoutHeader} {
+		if d, ok := parseTimeout(h.Get(name)); ok {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+func parseTimeout(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > statedTimeoutMaxLen {
+		return 0, false
+	}
+	s, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(s) || s*float64(time.Second) < float64(minStatedTimeout) || s > maxStatedTimeout.Seconds() {
+		return 0, false
+	}
+	return time.Duration(s * float64(time.Second)), true
+}
