@@ -362,6 +362,22 @@ func anthropicClients(t *testing.T, send anthropicClient) {
 	if proxy, gw := r.attempts("short"); proxy != 1 || gw != 0 {
 		t.Fatalf("short: %d attempts at the proxy, %d at the gateway; want 1 and 0", proxy, gw)
 	}
+
+	// A stream that waits: committed at 15 s with keepalive comments, then
+	// its queue timeout at 30 s comes as Anthropic's in-stream error
+	// event, which the client raises and does not retry.
+	ls := call("late-stream")
+	ls.Stream = true
+	go func() { done <- send(t, r.base, ls) }()
+	r.until(t, "a stream queued", func(l limiter.LaneSnapshot) bool { return l.Queued == 1 })
+	r.clock.Advance(15 * time.Second)
+	r.clock.Advance(15 * time.Second)
+	if res := <-done; res.OK || !strings.Contains(res.Message, lanehttp.QueueTimeoutCode) {
+		t.Fatalf("late-stream: %+v, want the queue timeout raised from the stream", res)
+	}
+	if proxy, gw := r.attempts("late-stream"); proxy != 1 || gw != 0 {
+		t.Fatalf("late-stream: %d attempts at the proxy, %d at the gateway; want 1 and 0", proxy, gw)
+	}
 	close(r.hold)
 	if res := <-held; !res.OK {
 		t.Fatalf("hold: %+v", res)

@@ -161,6 +161,13 @@ type ProxyConfig struct {
 	// wait and the time to the upstream's headers); default true.
 	ServerTiming *bool    `yaml:"server_timing"`
 	WriteTimeout Duration `yaml:"write_timeout"` // default 120 s: a client that reads nothing for it is cut
+	// StreamKeepalive commits a streamed call that waits for its slot
+	// longer than StreamKeepaliveEvery (200 text/event-stream) and sends
+	// an SSE comment every period while it waits; its answer then comes
+	// as the stream's events, an error as the provider's in-stream error
+	// event (keepalive.go). Default true; every 15 s.
+	StreamKeepalive      *bool    `yaml:"stream_keepalive"`
+	StreamKeepaliveEvery Duration `yaml:"stream_keepalive_every"`
 }
 
 // LimitsConfig bounds what clients can make the exporter hold; a zero
@@ -238,6 +245,7 @@ const (
 	DefaultResponseHeaderTimeout = 300 * time.Second
 	DefaultStallTimeout          = 120 * time.Second
 	DefaultWriteTimeout          = 120 * time.Second
+	DefaultStreamKeepaliveEvery  = 15 * time.Second
 	DefaultMaxQueuedBytes        = 256 << 20
 	DefaultBodyMinRate           = 240 // bytes a second, as Kestrel's MinRequestBodyDataRate
 	DefaultBodyMinRateGrace      = 5 * time.Second
@@ -572,6 +580,7 @@ func (c *Config) checkBounds() error {
 		{"proxy.response_header_timeout", &c.Proxy.ResponseHeaderTimeout, DefaultResponseHeaderTimeout},
 		{"proxy.stall_timeout", &c.Proxy.StallTimeout, DefaultStallTimeout},
 		{"proxy.write_timeout", &c.Proxy.WriteTimeout, DefaultWriteTimeout},
+		{"proxy.stream_keepalive_every", &c.Proxy.StreamKeepaliveEvery, DefaultStreamKeepaliveEvery},
 		{"limits.lane_idle_ttl", &c.Limits.LaneIdleTTL, limiter.DefaultLaneIdleTTL},
 		{"server.read_header_timeout", &c.Server.ReadHeaderTimeout, DefaultReadHeaderTimeout},
 		{"server.idle_timeout", &c.Server.IdleTimeout, DefaultIdleTimeout},

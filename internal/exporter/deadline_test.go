@@ -68,6 +68,10 @@ func TestProxyDeadlineWithOpenAI(t *testing.T) {
 	close(r.up.hold)
 }
 
+// whole is a chat call that asks for a whole answer, not a stream (a
+// queued stream is kept alive: TestQueuedStreamKeptAlive).
+const whole = `{"model":"protolabs/smart","messages":[]}`
+
 // X-LLM-Timeout comes first and is not forwarded; a bad value of it is
 // ignored for the next header, never refused.
 func TestProxyTimeoutHeaders(t *testing.T) {
@@ -81,7 +85,7 @@ func TestProxyTimeoutHeaders(t *testing.T) {
 	send := func(h map[string]string) <-chan *http.Response {
 		ch := make(chan *http.Response, 1)
 		go func() {
-			req, _ := http.NewRequest(http.MethodPost, r.front.URL+"/proxy/gw/chat/completions", strings.NewReader(chat))
+			req, _ := http.NewRequest(http.MethodPost, r.front.URL+"/proxy/gw/chat/completions", strings.NewReader(whole))
 			req.Header.Set("Content-Type", "application/json")
 			for k, v := range h {
 				req.Header.Set(k, v)

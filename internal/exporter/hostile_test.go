@@ -541,8 +541,9 @@ func TestClientThatStopsReadingFreesSlot(t *testing.T) {
 		break
 	}
 	// The upstream call ends before its slot is given back (the drain's
-	// read fails, then the exchange finishes).
-	for deadline := time.Now().Add(10 * time.Second); lane().Inflight != 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	// read fails, then the exchange finishes); the exchange is reported
+	// just after the slot is given back.
+	for deadline := time.Now().Add(10 * time.Second); (lane().Inflight != 0 || lane().Upstream == nil) && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 	}
 	if l := lane(); l.Inflight != 0 || l.Upstream == nil || l.Upstream.ClientStalls != 1 || l.Upstream.Stalls != 0 {
 		t.Fatalf("after the client stopped reading: %+v %+v", l, l.Upstream)

@@ -232,3 +232,55 @@ func TestNodeSDKDeadline(t *testing.T) {
 	}
 	close(r.up.hold)
 }
+
+// A stream of the official OpenAI Node SDK that waits past the first
+// keepalive (15 s) and then times out in the queue (30 s): the timeout
+// comes as OpenAI's in-stream error event, which the SDK raises while it
+// iterates (an APIError) and does not retry.
+func TestNodeSDKStreamError(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(nodeSDK, "node_modules", "openai")); err != nil {
+		t.Fatalf("the OpenAI Node SDK is not installed (%v): run make tools", err)
+	}
+	r := newProxy(t, `limiter: {max_inflight: 1, queue_timeout: 30s, interactive_reserve: 0}
+upstreams:
+  - {name: gw, base_url: UPSTREAM, capacity: 4, cancel_propagates: true}
+proxy: {stall_timeout: 1h, response_header_timeout: 1h}
+`)
+	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Body.Close()
+	long.Body.Read(make([]byte, 64))
+	hitsBefore := r.hits.Load()
+	out := make(chan []byte, 1)
+	go func() {
+		cmd := exec.Command("node", "chat.mjs", r.front.URL+"/proxy/gw", "stream", "default", "hi", "0", "stream")
+		cmd.Dir = nodeSDK
+		b, _ := cmd.Output()
+		out <- b
+	}()
+	r.waitQueued("protolabs/smart", 1)
+	r.clock.Advance(15 * time.Second)
+	r.clock.Advance(15 * time.Second)
+	var got []byte
+	select {
+	case got = <-out:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the SDK never returned")
+	}
+	var res struct {
+		OK            bool
+		Type, Message string
+	}
+	if err := json.Unmarshal(got, &res); err != nil {
+		t.Fatalf("%q: %v", got, err)
+	}
+	if res.OK || res.Type != "APIError" || !strings.Contains(res.Message, lanehttp.QueueTimeoutCode) {
+		t.Fatalf("%+v, want the queue timeout raised from the stream", res)
+	}
+	if n := r.hits.Load() - hitsBefore; n != 1 {
+		t.Fatalf("%d attempts reached the proxy, want 1 (no retry)", n)
+	}
+	close(r.up.hold)
+}

@@ -121,7 +121,7 @@ func New(cfg *Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []limiter.Option{limiter.WithObserver(tel.Observe), limiter.WithLogger(s.log)}
+	opts := []limiter.Option{limiter.WithObserver(tel.Observe), limiter.WithObserver(noteQueued), limiter.WithLogger(s.log)}
 	for _, ob := range o.Observers {
 		opts = append(opts, limiter.WithObserver(ob))
 	}

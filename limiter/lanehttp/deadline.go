@@ -24,16 +24,33 @@ const (
 )
 
 // StatedTimeout returns the timeout h states for its call (see
-// TimeoutHeader), and false when it states none. A value that is not a
-// number of seconds above 0 and at most a day (negative, 0, NaN, huge,
-// text) is ignored, never an error: the next header is looked at.
+// TimeoutHeader): the attempt's (StatedAttemptTimeout), else the read
+// timeout (StatedReadTimeout); false when it states none. A value that is
+// not a number of seconds above 0 and at most a day (negative, 0, NaN,
+// huge, text) is ignored, never an error: the next header is looked at.
 func StatedTimeout(h http.Header) (time.Duration, bool) {
-	for _, name := range [...]string{TimeoutHeader, StainlessTimeoutHeader, StainlessReadTimeoutHeader} {
+	if d, ok := StatedAttemptTimeout(h); ok {
+		return d, true
+	}
+	return StatedReadTimeout(h)
+}
+
+// StatedAttemptTimeout returns the timeout of the whole attempt h states:
+// TimeoutHeader, else StainlessTimeoutHeader.
+func StatedAttemptTimeout(h http.Header) (time.Duration, bool) {
+	for _, name := range [...]string{TimeoutHeader, StainlessTimeoutHeader} {
 		if d, ok := parseTimeout(h.Get(name)); ok {
 			return d, true
 		}
 	}
 	return 0, false
+}
+
+// StatedReadTimeout returns the read timeout h states
+// (StainlessReadTimeoutHeader): the longest its client waits for the next
+// bytes, the answer's headers first.
+func StatedReadTimeout(h http.Header) (time.Duration, bool) {
+	return parseTimeout(h.Get(StainlessReadTimeoutHeader))
 }
 
 func parseTimeout(v string) (time.Duration, bool) {
