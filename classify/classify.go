@@ -56,7 +56,8 @@ const (
 	// ReasonCallersGaveUp: calls left the queue in the last 5 minutes
 	// because their callers gave up on them (they went away, or their
 	// deadline came or was foreseen before a slot): waits at least as long
-	// as the callers would bear. Local while calls are queued.
+	// as the callers would bear. Local while calls are queued, or the lane
+	// is full (callers whose deadlines all came at once leave no queue).
 	ReasonCallersGaveUp = "callers_gave_up"
 	// ReasonSharedDown: the lane is shared (in Redis) and its store is
 	// unreachable, so this process uses lanes of its own or refuses calls.
@@ -221,7 +222,7 @@ func Lane(l limiter.LaneSnapshot, th Thresholds) Classification {
 		c.Counts.CallersGone = g.CallerGone.Interactive + g.CallerGone.Default + g.CallerGone.Bulk
 		c.Counts.Deadlines = g.Deadline.Interactive + g.Deadline.Default + g.Deadline.Bulk
 		c.Reasons = append(c.Reasons, ReasonCallersGaveUp)
-		local = local || l.Queued > 0
+		local = local || l.Queued > 0 || l.Limit > 0 && l.Inflight >= l.Limit
 	}
 	budget, provider := waitsFor(l)
 	if budget {

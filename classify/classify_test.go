@@ -59,6 +59,10 @@ func TestClassify(t *testing.T) {
 			l.Inflight, l.Queued, l.WaitP50, l.WaitP90 = 6, 24, sec(0), sec(5.5)
 			l.GaveUp5m = &limiter.GaveUp{CallerGone: limiter.QueuedByPriority{Bulk: 2}, Deadline: limiter.QueuedByPriority{Default: 1, Bulk: 4}}
 		}), classify.LocalQueue, []string{"callers_gave_up"}, "gate queue: 24 calls waiting, p90 wait 6 s, 2 callers gave up waiting, 5 calls answered at their deadline"},
+		{"callers gave up at their deadlines all at once: none queued, the lane full", with(func(l *limiter.LaneSnapshot) {
+			l.Inflight, l.WaitP50, l.WaitP90 = 6, sec(5.5), sec(5.5)
+			l.GaveUp5m = &limiter.GaveUp{Deadline: limiter.QueuedByPriority{Bulk: 18}}
+		}), classify.LocalQueue, []string{"callers_gave_up"}, "gate queue: 0 calls waiting, p90 wait 6 s, 18 calls answered at their deadline"},
 		{"callers gave up, none queued now", with(func(l *limiter.LaneSnapshot) {
 			l.Inflight, l.WaitP50, l.WaitP90 = 2, sec(0), sec(3)
 			l.GaveUp5m = &limiter.GaveUp{CallerGone: limiter.QueuedByPriority{Interactive: 1}}

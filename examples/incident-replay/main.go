@@ -45,6 +45,10 @@ func main() {
 		if err := b.RunLiteLLMAll(ctx, *scale); err != nil {
 			log.Fatal(err)
 		}
+		fmt.Fprintln(os.Stderr, "replaying callers whose timeout is shorter than the wait, through the proxy...")
+		if err := b.RunDeadlinesAll(ctx, *scale); err != nil {
+			log.Fatal(err)
+		}
 		fmt.Fprintln(os.Stderr, "replaying two processes sharing a lane in Redis...")
 		if err := b.RunSharedRedis(ctx, *scale); err != nil {
 			log.Fatal(err)

@@ -32,6 +32,10 @@ type Bundle struct {
 	// LiteLLM is the replay in front of a LiteLLM-like gateway through
 	// lanes-exporter (real HTTP), when run.
 	LiteLLM []LiteLLMRun
+	// Deadlines is the replay of callers whose timeout is shorter than the
+	// wait (RunDeadlines), with the estimate's error.
+	Deadlines        []DeadlineRun
+	DeadlineEstimate EstimateError
 }
 
 // ClearAfter is the classification setting the degradation replay tries
@@ -99,6 +103,14 @@ func (b *Bundle) RunHTTPAll(ctx context.Context, scale float64) error {
 func (b *Bundle) RunLiteLLMAll(ctx context.Context, scale float64) error {
 	runs, err := RunLiteLLM(ctx, scale)
 	b.LiteLLM = runs
+	return err
+}
+
+// RunDeadlinesAll adds the replay of callers whose timeout is shorter
+// than the wait.
+func (b *Bundle) RunDeadlinesAll(ctx context.Context, scale float64) error {
+	runs, est, err := RunDeadlines(ctx, scale)
+	b.Deadlines, b.DeadlineEstimate = runs, est
 	return err
 }
 
@@ -245,6 +257,11 @@ func (b Bundle) Markdown(w io.Writer) {
 		r := b.LiteLLM[0]
 		p("\n## In front of LiteLLM, through the proxy (real HTTP)\n\n"+mdLiteLLM, r.Callers, r.ClientTimeout.Seconds(), r.Retried, r.Backend, r.IdleCall.Seconds(), r.Limit)
 		liteTable(w, b.LiteLLM)
+	}
+	if len(b.Deadlines) > 0 {
+		p("\n## Callers whose timeout is shorter than the wait, through the proxy (real HTTP)\n\n"+mdDeadlines,
+			dlCallers, dlTimeout.Seconds(), dlRetries, dlCapacity, (dlFirstToken + dlTokens*dlTokenTime).Seconds(), dlCapacity)
+		deadlineTable(w, b.Deadlines, b.DeadlineEstimate)
 	}
 	p("\n%s", mdLimits)
 }
