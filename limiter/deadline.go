@@ -30,7 +30,10 @@ const (
 	// *QueueTimeoutError whose Cause is CauseEstimate: its caller learns
 	// now, with the lane's Retry-After, what it would otherwise learn at
 	// its deadline, and its place goes to calls that can be served in
-	// time. A lane with no recent grants to estimate from queues the call.
+	// time. A lane with nothing to estimate from queues the call: the
+	// estimate is the lane's ETA, from the mean hold time of the exchanges
+	// reported (RecordExchange), else, in an in-process lane, from its
+	// queue's recent grants.
 	AnswerEarly DeadlinePolicy = iota
 	// WaitForDeadline queues the call until its deadline all the same: the
 	// estimate may be wrong, and the call is served if a slot frees early.

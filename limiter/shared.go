@@ -39,10 +39,11 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 	cfg = &eff
 	ln.mu.Unlock()
 	place := 0
-	// Shutdown ends the backend's wait too.
-	bctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(l.down, cancel)()
+	// Shutdown ends the backend's wait too, and so does an answer the
+	// estimate gives early (answeredEarly).
+	bctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(l.down, func() { cancel(nil) })()
 	r := Request{Lane: key, Priority: p, Tenant: t.name, Arrival: arrival, Config: *cfg, Tokens: cost}
 	if cause == CauseDeadline {
 		r.MaxWait = maxWait
@@ -53,10 +54,16 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 	r.Queued = func(pos int) {
 		place = pos
 		l.emit(ctx, Event{Kind: Enqueued, Lane: key, Priority: p, Tenant: t.label, Position: pos})
+		if cause == CauseDeadline && cfg.Deadline == AnswerEarly && ln.sharedWaitOver(cfg, p, pos-1, maxWait) {
+			cancel(errAnsweredEarly)
+		}
 	}
 	lease, err := l.backend.Acquire(bctx, r)
 	if err != nil && ctx.Err() == nil && l.closed.Load() {
 		err = ErrShuttingDown
+	}
+	if err != nil && ctx.Err() == nil && context.Cause(bctx) == errAnsweredEarly {
+		err, cause = &BackendQueueTimeout{Position: place, Queued: place, Ahead: [3]int{place - 1, place - 1, place - 1}}, CauseEstimate
 	}
 	now := l.clock.Now()
 	waited := now.Sub(start)
@@ -83,10 +90,13 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 		}
 		e.Kind = Acquired
 	case errors.Is(err, ErrQueueTimeout):
-		if cause == CauseDeadline {
+		switch cause {
+		case CauseDeadline:
 			ln.stats.Sample(now, waited)
 			ln.stats.GiveUp(now, stats.Deadline, p.Index())
-		} else {
+		case CauseEstimate:
+			ln.stats.GiveUp(now, stats.Deadline, p.Index())
+		default:
 			ln.stats.Timeout(now, waited)
 		}
 		qe := &QueueTimeoutError{Lane: key, Priority: p, Cause: cause, Waited: waited, Position: place, Queued: place, Limit: cfg.MaxInflight, QueueTimeout: cfg.queueTimeout()}
@@ -109,6 +119,23 @@ func (l *Limiter) acquireShared(ctx context.Context, key string, cfg *Config, c 
 	ln.mu.Unlock()
 	l.emit(ctx, e)
 	return s, err
+}
+
+// errAnsweredEarly ends a shared wait whose estimate is longer than the
+// time left before the call's deadline.
+var errAnsweredEarly = errors.New("limiter: answered early")
+
+// sharedWaitOver reports whether a shared lane estimates the wait of a
+// call of class p with ahead calls before it longer than left: from the
+// mean hold time of this process's calls (a fair sample of the lane's);
+// false with none to go by.
+func (l *lane) sharedWaitOver(cfg *Config, p Priority, ahead int, left time.Duration) bool {
+	now := l.lim.clock.Now()
+	l.mu.Lock()
+	v := l.stats.At(now)
+	rate, ok := v.HoldRate(max(1, capFor(cfg, p)))
+	l.mu.Unlock()
+	return ok && float64(ahead+1)/rate > left.Seconds()
 }
 
 // forgetTimeout bounds how long a reload waits for a Backend to forget the

@@ -517,12 +517,22 @@ func (v *View) valuesAt(r uint64) (a, b float64) {
 // while it was non-empty, busyNow being the queue's busy time not yet
 // recorded. ok is false with neither.
 func (v *View) ServiceRate(k int, busyNow time.Duration) (rate float64, ok bool) {
-	if n := v.upstream.total(); n > 0 && v.upstream.Held > 0 {
-		hold := v.upstream.Held.Seconds() / float64(n)
-		return float64(k) / hold, true
+	if rate, ok := v.HoldRate(k); ok {
+		return rate, true
 	}
 	if busy := v.busy + busyNow; v.granted >= minQueuedGrants && busy > 0 {
 		return float64(v.granted) / busy.Seconds(), true
+	}
+	return 0, false
+}
+
+// HoldRate is the service rate of k slots from the exchanges' mean hold
+// time alone: k calls per mean hold. A shared lane's process sees every
+// hold of its own calls, a fair sample of the lane's, but not the grants
+// of the others' queue.
+func (v *View) HoldRate(k int) (rate float64, ok bool) {
+	if n := v.upstream.total(); n > 0 && v.upstream.Held > 0 {
+		return float64(k) / (v.upstream.Held.Seconds() / float64(n)), true
 	}
 	return 0, false
 }
