@@ -164,8 +164,9 @@ func Overview(prefix string) (dashboard.Dashboard, error) {
 			b.q(`histogram_quantile(0.5, sum by (job, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p50"),
 			b.q(`histogram_quantile(0.9, sum by (job, lane, le) (rate(P_llm_queue_wait_seconds_bucket{SEL}[$__rate_interval])))`, "{{lane}} p90")).
 			Thresholds(thresholds(step(nil, "green"), step(secs(30), "orange"), step(secs(60), "red")))).
-		WithPanel(series("Queue timeouts", "Calls that waited the whole queue timeout and got a 503 lane_queue_timeout, per second.", "ops", 12, 8,
-			b.q(`sum by (job, lane) (rate(P_llm_queue_timeouts_total{SEL}[$__rate_interval]))`, "{{lane}}"))).
+		WithPanel(series("Queue timeouts and callers giving up", "Calls that waited the whole queue timeout and got a 503 lane_queue_timeout, and calls that left the queue because their callers gave up (caller_gone) or were answered 503 lane_deadline before their stated timeout (deadline), per second.", "ops", 12, 8,
+			b.q(`sum by (job, lane) (rate(P_llm_queue_timeouts_total{SEL}[$__rate_interval]))`, "{{lane}} queue timeouts"),
+			b.q(`sum by (job, lane, cause) (rate(P_llm_queue_gave_up_total{SEL}[$__rate_interval]))`, "{{lane}} gave up: {{cause}}"))).
 		WithPanel(series("Upstream outcomes and retries", "The gateway's answers by outcome, and calls that were retries, per second.", "reqps", 12, 8,
 			b.q(`sum by (job, outcome) (rate(P_llm_upstream_requests_total{SEL}[$__rate_interval]))`, "{{outcome}}"),
 			b.q(`sum by (job) (rate(P_llm_upstream_retries_total{SEL}[$__rate_interval]))`, "retries"))).
