@@ -118,8 +118,12 @@
 //
 // A wait ends with a slot, with a *QueueTimeoutError (errors.Is
 // ErrQueueTimeout) after Config.QueueTimeout, or with the context's error if
-// the context ends first; a context can shorten a wait, never lengthen it.
-// A waiter that gives up leaves nothing behind, and a cancellation that
+// the context is canceled first. A call's deadline (WithDeadline, else the
+// context's) never runs out in the queue: Config.DeadlineMargin before it
+// the wait ends with a *QueueTimeoutError whose Cause is CauseDeadline,
+// and under Config.Deadline AnswerEarly a call whose estimated wait is
+// longer than its time left gets one (CauseEstimate) as it queues. A
+// waiter that gives up leaves nothing behind, and a cancellation that
 // races a grant passes the slot on.
 //
 // # Off
