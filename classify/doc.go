@@ -1,5 +1,5 @@
 // Package classify tells a lane that queues on purpose from a lane whose
-// gateway is failing (ADR-0115 D8): the classification of DESIGN.md, its
+// gateway is failing: the classification of DESIGN.md, its
 // versioned JSON payload, and a Client for programs that poll it, such as
 // a review bot deciding whether "the gate is throttling" or "the gate is
 // dead".

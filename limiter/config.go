@@ -19,7 +19,7 @@ const DefaultQueueTimeout = 300 * time.Second
 const ColdStartMax = 30 * time.Second
 
 // agingStep is how long a waiter waits before its class rises one step.
-// It is a constant, not a setting (ADR-0115 D6).
+// It is a constant, not a setting (docs/DESIGN.md, "Semantics of a lane").
 const agingStep = 60 * time.Second
 
 // saturationAfter is how long queued > 0 must hold for a lane to count as

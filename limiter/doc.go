@@ -134,7 +134,7 @@
 //
 // # Seeing the queue
 //
-// Snapshot reports every lane in the D8 shape of DESIGN.md (inflight,
+// Snapshot reports every lane in the shape of docs/DESIGN.md, "The snapshot" (inflight,
 // queue by class, oldest wait, wait percentiles and queue timeouts of the
 // last 5 minutes, saturation), plus two extra keys: the lane's upstream
 // outcomes of the last 5 minutes and an estimate, per class, of how long a

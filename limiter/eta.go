@@ -10,7 +10,7 @@ import (
 // ETA estimates, for each class, how long a call of that class arriving now
 // would wait for a slot. nil means no estimate: the lane has no recent hold
 // times to go by. It is an extra key of the snapshot ("eta_s"), beside the
-// D8 ones.
+// contract's.
 type ETA struct {
 	Interactive *Seconds `json:"interactive"`
 	Default     *Seconds `json:"default"`

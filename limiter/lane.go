@@ -177,7 +177,7 @@ func (l *lane) refuseAllLocked(now time.Time) {
 // every slot for Interactive, MaxInflight minus the reserve for the others.
 // The reserve is counted against non-interactive holders, not against free
 // slots, so non-interactive work always keeps at least one slot of its own
-// and interactive calls may take any free slot (ADR-0115 D2, D6).
+// and interactive calls may take any free slot (docs/DESIGN.md, "Semantics of a lane").
 func capFor(cfg *Config, p Priority) int {
 	if p == Interactive {
 		return cfg.MaxInflight

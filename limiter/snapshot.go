@@ -13,7 +13,7 @@ import (
 	"github.com/llmlanes/llmlanes/limiter/internal/stats"
 )
 
-// Snapshot is the state of every lane of a limiter, in the D8 shape of
+// Snapshot is the state of every lane of a limiter, in the shape of
 // DESIGN.md. Its JSON encoding is that shape, key for key; with the limiter
 // off (the zero Snapshot) it is exactly {"enabled":false}. Limiter.Snapshot
 // always sets GeneratedAt and a non-nil Lanes when on, so both keys are
@@ -57,7 +57,7 @@ type LaneSnapshot struct {
 	Abandoned int `json:"abandoned_inflight,omitempty"`
 	// Upstream counts the lane's exchanges with the gateway in the last 5
 	// minutes, as reported with RecordExchange; nil (and the key left out)
-	// when there were none. It is an extra key beside the D8 ones.
+	// when there were none. It is an extra key beside the contract's.
 	Upstream *UpstreamCounts `json:"upstream_5m,omitempty"`
 	// ETA estimates how long a call of each class arriving now would wait
 	// (see ETA). An extra key; Limiter.Snapshot always sets it.

@@ -23,7 +23,7 @@ import (
 // model, and idle lanes are evicted): kept here, a lane's series end when
 // the lane does, and no lane can land in the SDK's cardinality overflow.
 
-// waitBuckets are the queue-wait histogram's bucket bounds, in seconds (D8).
+// waitBuckets are the queue-wait histogram's bucket bounds, in seconds (docs/DESIGN.md, "Metrics").
 var waitBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300}
 
 // firstByteBuckets are the upstream time-to-first-byte bucket bounds.

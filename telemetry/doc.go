@@ -1,13 +1,13 @@
 // Package telemetry serves a limiter's lanes over HTTP: Prometheus metrics
 // (the OpenTelemetry bridge's instruments through the OpenTelemetry
 // Prometheus exporter, with Go and process collectors, OpenMetrics on
-// request), the D8 snapshot, and a classification of each lane as
+// request), the lane snapshot (docs/DESIGN.md, "The snapshot"), and a classification of each lane as
 // idle, healthy, local_queue or gateway_degraded.
 //
 // Routes (all read-only: GET and HEAD; anything else is 405):
 //
 //	/metrics                                     Prometheus exposition
-//	/api/telemetry/llm-lanes                     the D8 snapshot; {"enabled": false} when off
+//	/api/telemetry/llm-lanes                     the lane snapshot; {"enabled": false} when off
 //	/api/telemetry/llm-lanes/classification      every lane's classification (classify.Report)
 //	/api/telemetry/llm-lanes/classification?lane=K   one lane's (404 if unknown)
 //	/api/telemetry/llm-lanes/classification?upstream=U&model=M   one lane's, idle if it had no call

@@ -186,7 +186,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 with chats, coder turns and review-panel bursts. Faults cycle every 100 s: normal for 20 s, then 429/5xx for 25 s, then stalls for 15 s.
 
   status page      %[1]s/
-  snapshot (D8)    %[1]s/api/telemetry/llm-lanes
+  snapshot         %[1]s/api/telemetry/llm-lanes
   classification   %[1]s/api/telemetry/llm-lanes/classification
   metrics          %[1]s/metrics
   proxy            %[1]s/proxy/sim/chat/completions   (header X-LLM-Priority: interactive|default|bulk)

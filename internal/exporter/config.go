@@ -66,7 +66,7 @@ func (c *SharedConfig) sharedlane() sharedlane.Config {
 		OnRedisDown: c.OnRedisDown, LocalMaxInflight: c.LocalMaxInflight, Process: c.Process}
 }
 
-// LimiterConfig holds the lane settings (ADR-0115 D2).
+// LimiterConfig holds the lane settings (docs/DESIGN.md, "Semantics of a lane").
 type LimiterConfig struct {
 	MaxInflight        int      `yaml:"max_inflight"`
 	QueueTimeout       Duration `yaml:"queue_timeout"`
@@ -207,7 +207,7 @@ type Classification struct {
 	ClearAfter     Duration `yaml:"clear_after"`
 }
 
-// Target is another process's D8 snapshot endpoint to re-export.
+// Target is another process's lane snapshot endpoint to re-export.
 type Target struct {
 	Name     string   `yaml:"name"`
 	URL      string   `yaml:"url"`
@@ -438,7 +438,7 @@ func (c *Config) check() error {
 		}
 		names[t.Name] = true
 		if p, err := url.Parse(t.URL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return keyErr(k+".url", "%q: want the http URL of a D8 snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", redact.String(t.URL))
+			return keyErr(k+".url", "%q: want the http URL of a lane snapshot, such as http://127.0.0.1:8080/api/telemetry/llm-lanes", redact.String(t.URL))
 		}
 		if t.Interval < 0 {
 			return keyErr(k+".interval", "is negative")

@@ -19,7 +19,7 @@ import (
 	"github.com/llmlanes/llmlanes/telemetry"
 )
 
-// A target is another process's D8 snapshot endpoint (a Python agent's
+// A target is another process's lane snapshot endpoint (a Python agent's
 // /api/telemetry/llm-lanes, say). The exporter polls it, re-exports its
 // lanes as metrics labelled by target, classifies them, and adds their
 // limits to the per-lane budget it shows beside the upstream's capacity.
@@ -125,7 +125,7 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string) (limite
 		return snap, fmt.Errorf("fetch: status %s", res.Status)
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, maxSnapshotBytes)).Decode(&snap); err != nil {
-		return snap, fmt.Errorf("not a D8 snapshot: %w", err)
+		return snap, fmt.Errorf("not a lane snapshot: %w", err)
 	}
 	return snap, nil
 }

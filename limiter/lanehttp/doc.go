@@ -66,7 +66,7 @@
 // Each attempt of an SDK's retry loop is a separate RoundTrip: it releases
 // its slot when the SDK closes the failed response, before the backoff, and
 // acquires again for the next attempt. The retry keeps its call's place in
-// line and its age, with no code in the caller (ADR-0115 D5): the
+// line and its age, with no code in the caller (docs/DESIGN.md, "Semantics of a lane"): the
 // Transport remembers, for Transport.RetryWindow (30 s by default, an SDK's
 // backoff) after an attempt that reached the gateway and failed, the first
 // arrival of its call, under a fingerprint of its lane, credentials

@@ -32,7 +32,7 @@ const (
 
 // recall remembers the logical arrival of recent model calls, so that a
 // retry queues with the arrival of its call's first attempt and ages from
-// there (ADR-0115 D5), with no code in the caller.
+// there (docs/DESIGN.md, "Semantics of a lane"), with no code in the caller.
 //
 // A call is recognised by a fingerprint of its lane, its credentials
 // (Authorization, X-Api-Key and Api-Key headers), its Idempotency-Key if it

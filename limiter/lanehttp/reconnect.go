@@ -12,7 +12,7 @@ import (
 )
 
 // Reconnect reopens a streamed model call that breaks before any content
-// arrives, the way ADR-0115 D5 asks of a streaming caller: each attempt
+// arrives, the way docs/DESIGN.md asks of a streaming caller: each attempt
 // holds its own slot, the slot is given back before the backoff (so the
 // wait between attempts holds nothing), every attempt queues with the
 // logical arrival of the first (so aging counts from the start of the
@@ -47,7 +47,7 @@ var ErrEmptyStream = errors.New("lanehttp: stream ended before any content")
 // return the response or the error of the client. A successful response's
 // body reconnects by itself if it breaks before its first byte; close it as
 // always. A response with an error status is returned as it is, since
-// retrying those is the SDK's business (ADR-0115 D5), except the
+// retrying those is the SDK's business, except the
 // synthesized answer to a queue timeout, which becomes its
 // *limiter.QueueTimeoutError.
 func (r *Reconnect) Do(ctx context.Context, open func(ctx context.Context) (*http.Response, error)) (*http.Response, error) {

@@ -114,7 +114,7 @@ func RunHTTP(ctx context.Context, scenario string, o Options, scale float64) (Re
 		if err != nil {
 			return Report{}, Fidelity{}, err
 		}
-		// The timeouts start once the slot is held (ADR-0115 D4); the
+		// The timeouts start once the slot is held (docs/DESIGN.md, "The caller's deadline"); the
 		// transport runs them on the limiter's clock, in simulated time.
 		rt = &lanehttp.Transport{Limiter: lim, Base: base, ResponseHeaderTimeout: o.RequestTimeout, StallTimeout: o.RequestTimeout}
 		x.lims, x.lanes = []*limiter.Limiter{lim}, true
