@@ -15,17 +15,71 @@ import (
 
 // A process dies holding slots and places, deterministically: on one
 // fake clock (Config.Clock) with leases of an hour that no renewal moves,
-// process a holds 2 slots and queues 3 calls, process b holds 2
+// process a holds slots and queues 3 calls, process b holds 2
 // (interactive) and queues 2, then a goes silent (its connection
 // blocked) and b's leases are renewed by hand, as b's renewals would;
 // the clock passes a's leases. The next op of b's (its snapshot's read)
-// sweeps a's lapsed slots and places in one call, and b's two waiters are
-// granted at once: none is left queued while slots are free.
+// sweeps a's lapsed slots and places in one call, and grants b's waiters
+// what a's slots free.
+//
+// With a's 2 slots on a lane of 4, both of b's waiters are granted at
+// once: none is left queued while slots are free.
 func TestDeadProcessSweptInOneCall(t *testing.T) {
 	t.Parallel()
+	b, waiting := deadProcess(t, 4, 2)
+	l := b.lim.Snapshot().Lanes[0] // b's read sweeps and dispatches
+	for i, c := range waiting {
+		if !grantedSoon(c) {
+			t.Fatalf("b's waiter %d still queued with slots free: %+v %+v", i, l, l.Shared)
+		}
+	}
+}
+
+// With a's one slot on a lane of 3, the sweep grants b's first waiter and
+// the second waits for a slot: when b gives one back, it is granted. (A
+// sweep that dropped a's places counted the queue one short, and deleted
+// m's since as it granted the first waiter: the lane then read as empty,
+// and the second waiter stayed queued while its slot was free, until its
+// queue timeout: TestKilledProcessFreesItsSlots, 3 runs in 20 under
+// load.)
+func TestDeadProcessLeavesNoWaiterBehind(t *testing.T) {
+	t.Parallel()
+	b, waiting := deadProcess(t, 3, 1)
+	l := b.lim.Snapshot().Lanes[0]
+	if !grantedSoon(waiting[0]) {
+		t.Fatalf("b's first waiter still queued with a slot free: %+v %+v", l, l.Shared)
+	}
+	if waiting[1].ended() {
+		t.Fatalf("b's second waiter ended with no slot free: %v", waiting[1].err)
+	}
+	if l := b.lim.Snapshot().Lanes[0]; l.Queued != 1 {
+		t.Fatalf("queued %d, want b's second waiter", l.Queued)
+	}
+	waiting[0].slot.Release()
+	if !grantedSoon(waiting[1]) {
+		l := b.lim.Snapshot().Lanes[0]
+		t.Fatalf("b's second waiter still queued with a slot free: %+v %+v", l, l.Shared)
+	}
+}
+
+// grantedSoon reports whether c is granted within 10 s.
+func grantedSoon(c *call) bool {
+	select {
+	case <-c.done:
+		return c.err == nil
+	case <-time.After(10 * time.Second):
+		return false
+	}
+}
+
+// deadProcess sets up the lane of limit slots, 1 reserved, where a holds
+// aSlots (default) and queues 3 calls, b holds 2 (interactive) and queues
+// 2, then a dies and its leases lapse on the clock. It returns b and its
+// two waiters.
+func deadProcess(t *testing.T, limit, aSlots int) (*process, []*call) {
 	r := startRedis(t)
 	clock := limitertest.NewClock(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC))
-	cfg := limiter.Config{MaxInflight: 4, InteractiveReserve: 1, QueueTimeout: 48 * time.Hour}
+	cfg := limiter.Config{MaxInflight: limit, InteractiveReserve: 1, QueueTimeout: 48 * time.Hour}
 	mk := func(name, url string) *process {
 		p := newProcess(t, url, name, cfg, func(c *Config) {
 			c.LeaseTTL, c.PollEvery, c.Clock, c.KeyPrefix = time.Hour, time.Hour, clock, "dead"
@@ -41,8 +95,11 @@ func TestDeadProcessSweptInOneCall(t *testing.T) {
 	if err := b.b.rdb.HSet(ctx, lk.keys[8], "boot", clock.Now().Add(-2*time.Hour).UnixMilli()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []*call{a.start(ctx, limiter.Default), a.start(ctx, limiter.Default),
-		b.start(ctx, limiter.Interactive), b.start(ctx, limiter.Interactive)} {
+	held := []*call{b.start(ctx, limiter.Interactive), b.start(ctx, limiter.Interactive)}
+	for range aSlots {
+		held = append(held, a.start(ctx, limiter.Default))
+	}
+	for _, c := range held {
 		if c.wait(t).err != nil {
 			t.Fatal(c.err)
 		}
@@ -74,17 +131,7 @@ func TestDeadProcessSweptInOneCall(t *testing.T) {
 		}
 	})
 	clock.Advance(time.Hour + time.Second) // a's leases lapse
-	l := b.lim.Snapshot().Lanes[0]         // b's read sweeps and dispatches
-	for i, c := range waiting[3:] {
-		select {
-		case <-c.done:
-			if c.err != nil {
-				t.Fatalf("b's waiter %d: %v", i, c.err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("b's waiter %d still queued with slots free: %+v %+v", i, l, l.Shared)
-		}
-	}
+	return b, waiting[3:]
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }

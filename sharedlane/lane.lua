@@ -481,6 +481,10 @@ end
 local function unqueue(id)
   local v = redis.call('HGET', QC, id)
   if not v then return false end
+  -- Counted before id leaves qx: a first count after it (a sweep's
+  -- unqueue is a call's first) would take id off twice, and the queue
+  -- read as empty with a waiter in it.
+  local n = queued()
   local f = fields(v, 8)
   local c, tenant = tonumber(f[1]), f[4]
   redis.call('ZREM', Q[c + 1], id)
@@ -495,7 +499,7 @@ local function unqueue(id)
   end
   redis.call('ZREM', QX, id)
   redis.call('HDEL', QC, id)
-  nq = queued() - 1
+  nq = n - 1
   if nq == 0 then redis.call('HDEL', M, 'since') end
   return true
 end
