@@ -699,3 +699,64 @@ func TestOneStoreReadPerScrape(t *testing.T) {
 		t.Fatalf("a scrape read the store %d times, want once", n)
 	}
 }
+
+// The adaptive limit's drain of the reserve is a process's own (the
+// difference of the two engines docs/DESIGN.md states): on a lane of 4, 1
+// reserved, adaptive, with 3 default calls held, a 429 cuts the limit to
+// 2; in one process an interactive call still takes the reserve, up to
+// the limit before the cut, while the default calls drain; on a shared
+// lane, whose grants the backend decides by the limit alone, it waits for
+// them.
+func TestAdaptiveDrainIsPerProcess(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	cfg := limiter.Config{MaxInflight: 4, InteractiveReserve: 1, QueueTimeout: time.Minute,
+		Adaptive: &limiter.Adaptive{MinInflight: 1, Initial: 4}}
+	local, err := limiter.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := newProcess(t, r.URL(), "a", cfg).lim
+	for name, lim := range map[string]*limiter.Limiter{"local": local, "shared": shared} {
+		t.Run(name, func(t *testing.T) {
+			p := &process{lim: lim}
+			ctx := context.Background()
+			probe := p.start(ctx, limiter.Default).wait(t) // the probe: one call, one first byte
+			if probe.err != nil {
+				t.Fatal(probe.err)
+			}
+			lim.RecordFirstByte(ctx, lane, limiter.FirstByte{Sent: time.Now(), After: time.Second, RequestBytes: 1000})
+			probe.slot.Release()
+			var held []*call
+			for range 3 {
+				c := p.start(ctx, limiter.Default).wait(t)
+				if c.err != nil {
+					t.Fatal(c.err)
+				}
+				held = append(held, c)
+			}
+			lim.RecordExchange(ctx, lane, limiter.Exchange{Outcome: limiter.OutcomeRateLimited, Status: 429, Sent: time.Now(), Duration: time.Millisecond})
+			if l := lim.Snapshot().Lanes[0]; l.Limit > 2 {
+				t.Fatalf("limit %d after the 429, want it cut below the 3 held", l.Limit)
+			}
+			chat := p.start(ctx, limiter.Interactive)
+			if name == "local" {
+				if chat.wait(t).err != nil {
+					t.Fatal(chat.err)
+				}
+				chat.slot.Release()
+			} else {
+				for deadline := time.Now().Add(10 * time.Second); lim.Snapshot().Lanes[0].Queued != 1; time.Sleep(time.Millisecond) {
+					if chat.ended() || time.Now().After(deadline) {
+						t.Fatalf("shared: the interactive call did not queue (%v)", chat.err)
+					}
+				}
+				chat.cancel()
+				<-chat.done
+			}
+			for _, c := range held {
+				c.slot.Release()
+			}
+		})
+	}
+}
