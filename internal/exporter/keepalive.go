@@ -49,7 +49,7 @@ type keepAliveKey struct{}
 // keepalives off. A client that states a read timeout gets its first
 // comment within half of it.
 func keepAliveEvery(cfg *Config, body []byte, h http.Header) time.Duration {
-	if cfg.Proxy.StreamKeepalive != nil && !*cfg.Proxy.StreamKeepalive || !isStream(body) {
+	if cfg.Proxy.StreamKeepalive != nil && !*cfg.Proxy.StreamKeepalive || !lanehttp.EstimateTokens(body, 0).Stream {
 		return 0
 	}
 	every := time.Duration(cfg.Proxy.StreamKeepaliveEvery)
@@ -59,15 +59,37 @@ func keepAliveEvery(cfg *Config, body []byte, h http.Header) time.Duration {
 	return every
 }
 
-// isStream reports whether a model call's body asks for a stream.
-func isStream(body []byte) bool {
-	if !bytes.Contains(body, []byte(`"stream"`)) {
-		return false
+// queuedStream starts the keepalive of a streamed call answered on w,
+// with headers h and body, if it gets one (keepAliveEvery); a read timeout
+// is then no deadline for it, its comments keep the timeout from firing.
+// Out of line, as everything the handler does before its call waits
+// (docs/DESIGN.md, "A queued call's stack").
+//
+//go:noinline
+func queuedStream(ctx context.Context, w http.ResponseWriter, h http.Header, cfg *Config, body []byte, clock limiter.Clock) (*keepAlive, context.Context) {
+	every := keepAliveEvery(cfg, body, h)
+	if every == 0 {
+		return nil, ctx
 	}
-	var b struct {
-		Stream bool `json:"stream"`
+	if _, ok := lanehttp.StatedAttemptTimeout(h); !ok {
+		ctx = limiter.WithDeadline(ctx, time.Time{})
 	}
-	return json.Unmarshal(body, &b) == nil && b.Stream
+	return startKeepAlive(ctx, w, clock, every)
+}
+
+// end stops k's comments once the call's wait is over, and returns the
+// writer of the rest of its answer: w, or, if k committed it, a
+// committedStream on w, which sends an error answer as an in-stream event
+// when the reverse proxy is done with it (the event is written from
+// there: the handler's frame, live while the call waits, stays as small
+// as it was). A nil k returns w. Out of line, as queuedStream is.
+//
+//go:noinline
+func (k *keepAlive) end(w http.ResponseWriter, u *upstream, r *http.Request) http.ResponseWriter {
+	if k == nil || !k.stop() {
+		return w
+	}
+	return newCommittedStream(w, u.cfg.Provider == "anthropic" || strings.HasSuffix(r.PathValue("rest"), "messages"))
 }
 
 // startKeepAlive arms the first comment of a queued stream answered on w,
@@ -129,14 +151,17 @@ const maxErrorBody = 64 << 10
 
 // committedStream is the ResponseWriter of a call whose answer a
 // keepAlive committed: a 200 passes through (its headers were sent
-// already); any other status is kept (up to maxErrorBody) and sent by
-// finish as the provider's in-stream error event.
+// already); any other status is kept (up to maxErrorBody) and sent as the
+// provider's in-stream error event as soon as it is whole: a JSON error
+// once it parses, any other body at the first flush (the reverse proxy
+// flushes after every write of a stream).
 type committedStream struct {
 	http.ResponseWriter
 	anthropic bool
 	header    http.Header // where the reverse proxy puts headers that can no longer be sent
 	status    int
 	kept      bytes.Buffer
+	sent      bool // the event is out
 }
 
 func newCommittedStream(w http.ResponseWriter, anthropic bool) *committedStream {
@@ -158,15 +183,22 @@ func (c *committedStream) Write(p []byte) (int, error) {
 	if c.status == http.StatusOK {
 		return c.ResponseWriter.Write(p)
 	}
-	if room := maxErrorBody - c.kept.Len(); room > 0 {
+	if room := maxErrorBody - c.kept.Len(); room > 0 && !c.sent {
 		c.kept.Write(p[:min(len(p), room)])
+		if json.Valid(c.kept.Bytes()) || c.kept.Len() >= maxErrorBody {
+			c.event()
+		}
 	}
 	return len(p), nil
 }
 
-// FlushError flushes a 200's data; an error is sent whole by finish.
+// FlushError flushes a 200's data, and sends a kept error that is not
+// JSON.
 func (c *committedStream) FlushError() error {
 	if c.status != 0 && c.status != http.StatusOK {
+		if !c.sent && c.kept.Len() > 0 && c.kept.Bytes()[0] != '{' {
+			c.event()
+		}
 		return nil
 	}
 	return http.NewResponseController(c.ResponseWriter).Flush()
@@ -174,11 +206,9 @@ func (c *committedStream) FlushError() error {
 
 func (c *committedStream) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// finish sends a kept error answer as an in-stream error event.
-func (c *committedStream) finish() {
-	if c.status == 0 || c.status == http.StatusOK {
-		return
-	}
+// event sends the kept error answer as an in-stream error event, once.
+func (c *committedStream) event() {
+	c.sent = true
 	var body struct {
 		Error struct {
 			Message string `json:"message"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +182,48 @@ func TestKeepAliveEvery(t *testing.T) {
 	cfg.Proxy.StreamKeepalive = &off
 	if d := keepAliveEvery(cfg, []byte(`{"stream":true}`), h); d != 0 {
 		t.Errorf("off: %s", d)
+	}
+}
+
+// A committed stream's error answer becomes one in-stream event as soon
+// as it is whole: JSON once it parses (however it was split), other text
+// at the first flush; a 200 passes through.
+func TestCommittedStreamEvents(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		anthropic bool
+		status    int
+		writes    []string
+		flush     bool
+		want      string
+	}{
+		{"openai, split JSON", false, 503, []string{`{"error":{"message":"no slot","type":"queue_timeout",`, `"code":"lane_queue_timeout"}}`}, false,
+			`data: {"error":{"code":"lane_queue_timeout","message":"503 lane_queue_timeout: no slot","type":"queue_timeout"}}` + "\n\n"},
+		{"anthropic", true, 429, []string{`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`}, false,
+			`event: error` + "\n" + `data: {"error":{"message":"429 slow down","type":"rate_limit_error"},"type":"error"}` + "\n\n"},
+		{"text at the flush", false, 502, []string{"Bad Gateway"}, true,
+			`data: {"error":{"code":null,"message":"502 Bad Gateway","type":""}}` + "\n\n"},
+		{"200 passes", false, 200, []string{"data: x\n\n"}, true, "data: x\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			cs := newCommittedStream(rec, c.anthropic)
+			cs.Header().Set("Content-Type", "application/json") // not sent: the answer is committed
+			cs.WriteHeader(c.status)
+			for _, w := range c.writes {
+				cs.Write([]byte(w))
+			}
+			if c.flush {
+				cs.FlushError()
+			}
+			cs.Write([]byte(" trailing"))
+			got := rec.Body.String()
+			if c.status == 200 {
+				got = strings.TrimSuffix(got, " trailing")
+			}
+			if got != c.want {
+				t.Fatalf("got %q, want %q", got, c.want)
+			}
+		})
 	}
 }

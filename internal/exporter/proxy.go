@@ -141,12 +141,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		defer release()
 		lanehttp.SetBody(r, body)
 		var ka *keepAlive
-		if every := keepAliveEvery(cfg, body, r.Header); every > 0 {
-			if _, ok := lanehttp.StatedAttemptTimeout(r.Header); !ok {
-				ctx = limiter.WithDeadline(ctx, time.Time{}) // its comments keep a read timeout from firing
-			}
-			ka, ctx = startKeepAlive(ctx, w, s.clock, every)
-		}
+		ka, ctx = queuedStream(ctx, w, r.Header, cfg, body, s.clock)
 		// The call waits for its slot here, at the top of the handler, traced
 		// or not: docs/DESIGN.md, "A queued call's stack", says why. Its call
 		// span opens first, so that the queue wait is a child of it; the
@@ -156,11 +151,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		r = u.lanes.Admit(r)
 		ctx = r.Context()
 		defer lanehttp.Abandon(r)
-		if ka != nil && ka.stop() {
-			cs := newCommittedStream(w, u.cfg.Provider == "anthropic" || strings.HasSuffix(r.PathValue("rest"), "messages"))
-			w = cs
-			defer cs.finish()
-		}
+		w = ka.end(w, u, r)
 	} else {
 		// The body streams through as it arrives. Without full duplex, the
 		// HTTP/1 server closes the request body once the response starts

@@ -82,6 +82,15 @@ targets: [{name: vera, url: "%s", interval: 1h}]
 	if code := <-got; code != 503 {
 		t.Fatalf("queue timeout answered %d", code)
 	}
+	// A call whose client's timeout is within the deadline's margin: it
+	// gives up at once (the callers-gave-up series exist from then).
+	req, _ := http.NewRequest(http.MethodPost, front.URL+"/proxy/gw/chat/completions", strings.NewReader(chat))
+	req.Header.Set("X-LLM-Timeout", "0.1")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 503 || res.Header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("a call past its deadline: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 	held.Release()
 	for deadline := time.Now().Add(10 * time.Second); !srv.targets().sources()[0].Up; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

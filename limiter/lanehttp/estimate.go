@@ -32,6 +32,9 @@ type Estimate struct {
 	// default's, and the lane estimates the call at what it has learned
 	// such calls write (limiter.WithOpenOutput).
 	Open bool
+	// Stream is set when the body asks for a streamed answer
+	// ("stream": true).
+	Stream bool
 }
 
 // Total returns Prompt plus Output, at most math.MaxInt64: a call that
@@ -91,7 +94,10 @@ func estimate(body []byte, defaultOutput int64) (e Estimate, model []byte, found
 		case "model":
 			i = skipValue(body, i)
 			model, found = body[v:i], true
-		case "stream", "stream_options", "user", "metadata", "response_format", "tool_choice", "reasoning_effort":
+		case "stream":
+			i = skipValue(body, i)
+			e.Stream = string(body[v:i]) == "true"
+		case "stream_options", "user", "metadata", "response_format", "tool_choice", "reasoning_effort":
 			i = skipValue(body, i) // settings, not prompt
 		default:
 			var t int64

@@ -40,7 +40,8 @@ func TestEstimateTokens(t *testing.T) {
 		// backslashes do not end it.
 		{"escapes", `{"model":"m","input":"ab\"cd\\","max_tokens":1}`, lanehttp.Estimate{Prompt: 3, Output: 1}},
 		{"stream settings are not prompt", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"input":"ab","max_tokens":null}`,
-			lanehttp.Estimate{Prompt: 2, Output: 1024, Open: true}}, // null names no bound
+			lanehttp.Estimate{Prompt: 2, Output: 1024, Open: true, Stream: true}}, // null names no bound
+		{"stream false", `{"model":"m","stream":false,"input":"ab","max_tokens":3}`, lanehttp.Estimate{Prompt: 2, Output: 3}},
 	} {
 		if got := lanehttp.EstimateTokens([]byte(c.body), 1024); got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
