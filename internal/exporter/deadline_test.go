@@ -22,12 +22,7 @@ import (
 // the client's own timer: one attempt, a typed error, no retry.
 func TestProxyDeadlineWithOpenAI(t *testing.T) {
 	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
-	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer long.Body.Close()
-	long.Body.Read(make([]byte, 64))
+	r.holdSlot()
 	hitsBefore := r.hits.Load()
 	done := make(chan error, 1)
 	go func() {
@@ -76,12 +71,7 @@ const whole = `{"model":"protolabs/smart","messages":[]}`
 // ignored for the next header, never refused.
 func TestProxyTimeoutHeaders(t *testing.T) {
 	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
-	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer long.Body.Close()
-	long.Body.Read(make([]byte, 64))
+	long := r.holdSlot()
 	send := func(h map[string]string) <-chan *http.Response {
 		ch := make(chan *http.Response, 1)
 		go func() {

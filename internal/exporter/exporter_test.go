@@ -161,6 +161,20 @@ upstreams:
 
 const chat = `{"model":"protolabs/smart","stream":true,"messages":[]}`
 
+// holdSlot starts a stream that holds the rig's one slot (its upstream
+// answers a call named long* until r.up.hold closes), and returns it once
+// its first chunk came.
+func (r *proxyRig) holdSlot() *http.Response {
+	r.t.Helper()
+	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { long.Body.Close() })
+	long.Body.Read(make([]byte, 64))
+	return long
+}
+
 // 1. Priority end to end through the proxy.
 func TestProxyPriority(t *testing.T) {
 	r := newProxy(t, oneSlot)

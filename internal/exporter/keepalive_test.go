@@ -54,12 +54,7 @@ func nextLine(t *testing.T, ch <-chan string, what string) string {
 // read timeout is no deadline for a kept-alive stream.
 func TestQueuedStreamKeptAlive(t *testing.T) {
 	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
-	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer long.Body.Close()
-	long.Body.Read(make([]byte, 64))
+	r.holdSlot()
 	got := make(chan *http.Response, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, r.front.URL+"/proxy/gw/chat/completions", strings.NewReader(chat))
@@ -126,12 +121,7 @@ upstreams:
   - {name: gw, base_url: UPSTREAM, capacity: 4, cancel_propagates: true}
 proxy: {stall_timeout: 1h, response_header_timeout: 1h}
 `)
-	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer long.Body.Close()
-	long.Body.Read(make([]byte, 64))
+	r.holdSlot()
 	hitsBefore := r.hits.Load()
 	done := make(chan error, 1)
 	go func() {

@@ -190,12 +190,7 @@ func TestNodeSDKDeadline(t *testing.T) {
 		t.Fatalf("the OpenAI Node SDK is not installed (%v): run make tools", err)
 	}
 	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
-	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer long.Body.Close()
-	long.Body.Read(make([]byte, 64))
+	r.holdSlot()
 	hitsBefore := r.hits.Load()
 	out := make(chan []byte, 1)
 	go func() {
@@ -246,12 +241,7 @@ upstreams:
   - {name: gw, base_url: UPSTREAM, capacity: 4, cancel_propagates: true}
 proxy: {stall_timeout: 1h, response_header_timeout: 1h}
 `)
-	long, err := r.post(context.Background(), "/proxy/gw/chat/completions", "long", "", chat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer long.Body.Close()
-	long.Body.Read(make([]byte, 64))
+	r.holdSlot()
 	hitsBefore := r.hits.Load()
 	out := make(chan []byte, 1)
 	go func() {

@@ -182,37 +182,36 @@ func (r *recall) forgetLocked(c *recalled) {
 	}
 }
 
+// How an attempt ended, for recall: whether it leaves a place for the
+// call's next attempt.
+type attemptEnd uint8
+
+const (
+	endForgotten attemptEnd = iota // succeeded, or never reached the gateway: nothing to keep
+	endFailed                      // reached the gateway and did not succeed: its retry keeps the arrival
+	endGaveUp                      // its caller gave up while it queued: a marked retry keeps the wait
+)
+
 // end reports that the attempt ended at now. Only an attempt that was sent
 // to the gateway and did not succeed (sent, not done) leaves a place for a
 // retry; a call that succeeded, or whose attempt never reached the gateway,
 // is forgotten.
 func (a attempt) end(now time.Time, sent, done bool) {
-	if !a.tracked {
-		return
+	how := endForgotten
+	if sent && !done {
+		how = endFailed
 	}
-	r := a.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c, ok := r.calls[a.key]
-	if !ok || c.active == 0 {
-		return
-	}
-	if c.active--; c.active > 0 {
-		return
-	}
-	if done || !sent {
-		r.forgetLocked(c)
-		return
-	}
-	c.ended = now
-	c.idle = r.idle.PushFront(c)
+	a.finish(now, how)
 }
 
 // gaveUp reports that the attempt ended at now because its caller gave up
-// while it queued: a retry its SDK marks as one keeps the call's first
-// arrival, within the retry window (a client's timeout counts the wait, so
+// while it queued: a retry its SDK marks as one keeps the time the call
+// waited, within the retry window (a client's timeout counts the wait, so
 // its SDK's retry would otherwise start again at the back of the queue).
-func (a attempt) gaveUp(now time.Time) {
+func (a attempt) gaveUp(now time.Time) { a.finish(now, endGaveUp) }
+
+// finish ends the attempt at now as how says.
+func (a attempt) finish(now time.Time, how attemptEnd) {
 	if !a.tracked {
 		return
 	}
@@ -226,7 +225,11 @@ func (a attempt) gaveUp(now time.Time) {
 	if c.active--; c.active > 0 {
 		return
 	}
-	c.gaveUp, c.ended = true, now
+	if how == endForgotten {
+		r.forgetLocked(c)
+		return
+	}
+	c.gaveUp, c.ended = how == endGaveUp, now
 	c.idle = r.idle.PushFront(c)
 }
 
