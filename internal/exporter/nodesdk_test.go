@@ -192,30 +192,11 @@ func TestNodeSDKDeadline(t *testing.T) {
 	r := newProxy(t, oneSlot+"proxy: {stall_timeout: 1h, response_header_timeout: 1h}\n")
 	r.holdSlot()
 	hitsBefore := r.hits.Load()
-	out := make(chan []byte, 1)
-	go func() {
-		cmd := exec.Command("node", "chat.mjs", r.front.URL+"/proxy/gw", "short", "bulk", "hi", "6000")
-		cmd.Dir = nodeSDK
-		b, _ := cmd.Output() // a failed call exits 1, its JSON printed
-		out <- b
-	}()
+	out := nodeChat(r.front.URL+"/proxy/gw", "short", "bulk", "hi", "6000")
 	r.waitQueued("protolabs/smart", 1)
 	sent := time.Now()
 	r.clock.Advance(5500 * time.Millisecond)
-	var got []byte
-	select {
-	case got = <-out:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the SDK never returned")
-	}
-	var res struct {
-		OK                  bool
-		Status              int
-		Code, Type, Message string
-	}
-	if err := json.Unmarshal(got, &res); err != nil {
-		t.Fatalf("%q: %v", got, err)
-	}
+	res := nodeResult(t, out)
 	if res.OK || res.Status != 503 || res.Code != lanehttp.DeadlineCode || res.Type != "InternalServerError" {
 		t.Fatalf("%+v, want a typed 503 %s", res, lanehttp.DeadlineCode)
 	}
@@ -243,29 +224,11 @@ proxy: {stall_timeout: 1h, response_header_timeout: 1h}
 `)
 	r.holdSlot()
 	hitsBefore := r.hits.Load()
-	out := make(chan []byte, 1)
-	go func() {
-		cmd := exec.Command("node", "chat.mjs", r.front.URL+"/proxy/gw", "stream", "default", "hi", "0", "stream")
-		cmd.Dir = nodeSDK
-		b, _ := cmd.Output()
-		out <- b
-	}()
+	out := nodeChat(r.front.URL+"/proxy/gw", "stream", "default", "hi", "0", "stream")
 	r.waitQueued("protolabs/smart", 1)
 	r.clock.Advance(15 * time.Second)
 	r.clock.Advance(15 * time.Second)
-	var got []byte
-	select {
-	case got = <-out:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the SDK never returned")
-	}
-	var res struct {
-		OK            bool
-		Type, Message string
-	}
-	if err := json.Unmarshal(got, &res); err != nil {
-		t.Fatalf("%q: %v", got, err)
-	}
+	res := nodeResult(t, out)
 	if res.OK || res.Type != "APIError" || !strings.Contains(res.Message, lanehttp.QueueTimeoutCode) {
 		t.Fatalf("%+v, want the queue timeout raised from the stream", res)
 	}
@@ -273,4 +236,40 @@ proxy: {stall_timeout: 1h, response_header_timeout: 1h}
 		t.Fatalf("%d attempts reached the proxy, want 1 (no retry)", n)
 	}
 	close(r.up.hold)
+}
+
+// nodeChat runs chat.mjs with args in the background; its one JSON line
+// comes on the channel (a failed call exits 1, its JSON printed).
+func nodeChat(args ...string) <-chan []byte {
+	out := make(chan []byte, 1)
+	go func() {
+		cmd := exec.Command("node", append([]string{"chat.mjs"}, args...)...)
+		cmd.Dir = nodeSDK
+		b, _ := cmd.Output()
+		out <- b
+	}()
+	return out
+}
+
+// nodeChatResult is the line chat.mjs prints.
+type nodeChatResult struct {
+	OK                  bool
+	Status              int
+	Code, Type, Message string
+}
+
+// nodeResult reads how a chat.mjs call ended, within 30 s.
+func nodeResult(t *testing.T, out <-chan []byte) nodeChatResult {
+	t.Helper()
+	var got []byte
+	select {
+	case got = <-out:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the SDK never returned")
+	}
+	var res nodeChatResult
+	if err := json.Unmarshal(got, &res); err != nil {
+		t.Fatalf("%q: %v", got, err)
+	}
+	return res
 }
