@@ -124,6 +124,26 @@ targets: [{name: vera, url: "%s", interval: 1s}]
 			}
 		}
 	}()
+	// And one caller whose timeout (X-LLM-Timeout, 0.2 s) the full healthy
+	// lane cannot meet, every 2 s: answered at once, it gives up (the
+	// callers-giving-up series have data).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+l.Addr+"/proxy/healthy/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true}`))
+			req.Header.Set("X-LLM-Timeout", "0.2")
+			if res, err := client.Do(req); err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}()
 	defer func() { stop(); wg.Wait() }()
 
 	// Prometheus, scraping every second, with the rules' `for` shortened.
