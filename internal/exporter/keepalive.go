@@ -49,7 +49,10 @@ type keepAliveKey struct{}
 // keepalives off. A client that states a read timeout gets its first
 // comment within half of it.
 func keepAliveEvery(cfg *Config, body []byte, h http.Header) time.Duration {
-	if cfg.Proxy.StreamKeepalive != nil && !*cfg.Proxy.StreamKeepalive || !lanehttp.EstimateTokens(body, 0).Stream {
+	// A body that does not name "stream" is not walked again (the
+	// transport walks it once for its estimate).
+	if cfg.Proxy.StreamKeepalive != nil && !*cfg.Proxy.StreamKeepalive || !bytes.Contains(body, []byte(`"stream"`)) ||
+		!lanehttp.EstimateTokens(body, 0).Stream {
 		return 0
 	}
 	every := time.Duration(cfg.Proxy.StreamKeepaliveEvery)

@@ -204,6 +204,21 @@ func (r *rig) expectCounts(inflight, queued int) {
 	}
 }
 
+// sendAsync sends req on the rig's client in the background; the error
+// (nil once the answer's body was read whole) comes on the channel.
+func (r *rig) sendAsync(req *http.Request) chan error {
+	done := make(chan error, 1)
+	go func() {
+		res, err := r.hc.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	return done
+}
+
 func (r *rig) waitEnqueued(id string) {
 	r.t.Helper()
 	select {

@@ -221,15 +221,7 @@ func canceledWhileQueued(t *testing.T, marked bool) {
 		if marked && id != "pre0" {
 			req.Header.Set("X-Stainless-Retry-Count", "1")
 		}
-		done := make(chan error, 1)
-		go func() {
-			res, err := r.hc.Do(req)
-			if err == nil {
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-			}
-			done <- err
-		}()
+		done := r.sendAsync(req)
 		r.waitEnqueued(id)
 		if cancelQueued {
 			cancel()
@@ -243,17 +235,9 @@ func canceledWhileQueued(t *testing.T, marked bool) {
 		try("pre"+strconv.Itoa(i), true)
 		r.clock.Advance(20 * time.Second)
 	}
-	control := make(chan error, 1)
-	go func() {
-		req := chatRequest(t, r.gw.url(), `{"model":"`+model+`","messages":[{"role":"user","content":"control"}]}`).WithContext(callCtx("control", limiter.Bulk))
-		req.Header.Set("X-Test-Call", "control")
-		res, err := r.hc.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-		}
-		control <- err
-	}()
+	req := chatRequest(t, r.gw.url(), `{"model":"`+model+`","messages":[{"role":"user","content":"control"}]}`).WithContext(callCtx("control", limiter.Bulk))
+	req.Header.Set("X-Test-Call", "control")
+	control := r.sendAsync(req)
 	r.waitEnqueued("control")
 	real := try("real", false)
 	held.Release()
@@ -281,15 +265,7 @@ func TestGaveUpInQueueRetryKeepsItsWait(t *testing.T) {
 				req := chatRequest(t, r.gw.url(), `{"model":"`+model+`","messages":[{"role":"user","content":"`+prompt+`"}]}`).WithContext(ctx)
 				req.Header.Set("X-Test-Call", id)
 				req.Header.Set("X-Stainless-Retry-Count", strconv.Itoa(retry))
-				done := make(chan error, 1)
-				go func() {
-					res, err := r.hc.Do(req)
-					if err == nil {
-						io.Copy(io.Discard, res.Body)
-						res.Body.Close()
-					}
-					done <- err
-				}()
+				done := r.sendAsync(req)
 				r.waitEnqueued(id)
 				return done
 			}

@@ -157,10 +157,7 @@ upstreams: [{name: litellm, base_url: "%s/v1"}]
 		if every > 0 && !sleepCtx(ctx, every) {
 			break
 		}
-		class := "bulk"
-		if i%4 == 0 {
-			class = "interactive"
-		}
+		class := callerClass(i)
 		r.Calls[class]++
 		wg.Add(1)
 		go func() {

@@ -115,10 +115,7 @@ upstreams: [{name: litellm, base_url: "%s/v1"%s}]
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range liteCallers {
-		class := "bulk"
-		if i%4 == 0 {
-			class = "interactive"
-		}
+		class := callerClass(i)
 		r.Calls[class]++
 		wg.Add(1)
 		go func() {
@@ -159,6 +156,15 @@ upstreams: [{name: litellm, base_url: "%s/v1"%s}]
 	r.Peak, r.Generated = st.Peak, st.TokensGenerated
 	r.Wasted = st.TokensGenerated - int64(done)*liteTokens
 	return r, ctx.Err()
+}
+
+// callerClass is the class of caller i of the LiteLLM and deadline
+// replays: a quarter interactive, the rest bulk.
+func callerClass(i int) string {
+	if i%4 == 0 {
+		return "interactive"
+	}
+	return "bulk"
 }
 
 // liteAttempt makes one attempt of a streamed call with the SDK's
