@@ -11,7 +11,9 @@ import (
 // The headers a client states its timeout in, first found first used:
 // TimeoutHeader (ours; a proxy strips it before forwarding), then the
 // official SDKs' own: the OpenAI and Anthropic Node and Go SDKs send
-// X-Stainless-Timeout (the attempt's timeout, whole seconds), openai-python
+// X-Stainless-Timeout (the attempt's timeout, whole seconds; the Go SDKs
+// only with a request timeout, openai-node only with one given per
+// request), openai-python
 // sends X-Stainless-Read-Timeout (its read timeout, which runs until the
 // response's headers arrive, then between a stream's chunks).
 const (
