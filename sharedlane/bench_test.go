@@ -137,7 +137,8 @@ func BenchmarkShared(b *testing.B) {
 		// keys and arguments and none of its logic, interleaved with two
 		// PINGs and a plain pair as interleaved is. The ratios say how much
 		// of the plain pair's is the round trips, how much any script, and
-		// how much lane.lua's order and the Go side.
+		// how much lane.lua's order and the Go side; the pair with tenants
+		// and a budget beside the same floor is the second goal's.
 		rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaintNotificationsConfig: noMaint()})
 		defer rdb.Close()
 		if err := rdb.FunctionLoadReplace(ctx, bareScript).Err(); err != nil {
@@ -145,6 +146,8 @@ func BenchmarkShared(b *testing.B) {
 		}
 		be, lim := mk("f")
 		defer be.Close()
+		tbe, tlim, ctxs := mkTenants("ft")
+		defer tbe.Close()
 		lk := be.keysOf("floor")
 		lk.cfg.Store(&cfg)
 		bare := func() {
@@ -156,19 +159,23 @@ func BenchmarkShared(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		pair := func(l *limiter.Limiter, ctx context.Context, key string) {
+			s, err := l.Acquire(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.Release()
+		}
+		i := 0
 		times := shuffled(b, 3,
 			func() { rdb.Ping(ctx); rdb.Ping(ctx) },
 			bare,
-			func() {
-				s, err := lim.Acquire(ctx, lane)
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.Release()
-			})
+			func() { pair(lim, ctx, lane) },
+			func() { pair(tlim, ctxs[i%3], "tenants-floor"); i++ })
 		m, f := median(times[0]), median(times[1])
 		b.ReportMetric(f/m, "bare-x-2xping")
 		b.ReportMetric(median(times[2])/f, "plain-x-bare")
+		b.ReportMetric(median(times[3])/f, "tenants-budget-x-bare")
 		b.ReportMetric(m/1000, "2xping-µs")
 	})
 	for _, n := range []int{1, 100} {

@@ -164,7 +164,7 @@ func report(w io.Writer, res map[string]*result, info runInfo, command string, p
 	fmt.Fprintf(w, "Produced by `make bench` (`go run ./internal/tools/benchreport`) on %s, %s, %s/%s, %d CPUs (%s).\n",
 		date, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), info.cpu)
 	fmt.Fprintf(w, "Every figure is the median of the runs of `%s`; ratios compare implementations\n", command)
-	fmt.Fprintf(w, "measured in the same run. Timings on a shared VM vary by 10-20%% between runs: read the ratios.\n\n")
+	fmt.Fprintf(w, "measured in the same run.\n\n")
 	fmt.Fprint(w, intro)
 
 	fmt.Fprintf(w, "\n## Goals\n\n| goal | measured | met |\n| --- | --- | --- |\n")
@@ -176,7 +176,7 @@ func report(w io.Writer, res map[string]*result, info runInfo, command string, p
 		for _, g := range px.Goals {
 			fmt.Fprintf(w, "| %s | %s | %s |\n", g.Text, g.Measured, yes(g.Met))
 		}
-		fmt.Fprintf(w, "\n## lanes-exporter beside HAProxy\n\n%s%s%s", proxyIntro, px.Markdown, proxyProfile)
+		fmt.Fprintf(w, "\n## lanes-exporter beside HAProxy\n\n%s%s%s", proxyIntro, px.Markdown, proxyNotes)
 	}
 
 	groups := map[string][]*result{}

@@ -6,7 +6,8 @@
 //
 //	go run ./internal/tools/proxybench -lanes path/to/lanes-exporter
 //
-// It plays every part itself: -role upstream is the gateway, -role floor
+// It plays every part itself: -role upstream is the gateway (-role
+// gateway the overloadable one of the overload measurement), -role floor
 // the least a Go proxy on net/http does for the same lane (serveFloor),
 // -role load the load generator; without -role it starts them, the
 // proxies, and measures.
@@ -22,15 +23,20 @@ import (
 )
 
 func main() {
-	role := flag.String("role", "", "upstream | floor | load (internal: the parts it starts)")
+	role := flag.String("role", "", "upstream | gateway | floor | load (internal: the parts it starts)")
 	// The load generator's flags.
-	mode := flag.String("mode", "latency", "load: latency | throughput | queue | priority")
+	mode := flag.String("mode", "latency", "load: latency | throughput | queue | priority | overload")
 	url := flag.String("url", "", "load: where calls go; floor: the gateway")
 	n := flag.Int("n", 1000, "load: calls (latency, queue) or the backlog (priority)")
-	conc := flag.Int("c", 64, "load: concurrent callers (throughput) or the lane's limit (priority); floor: the lane's limit")
+	conc := flag.Int("c", 64, "load: concurrent callers (throughput) or the lane's limit (priority); floor: the lane's limit; gateway: its capacity")
 	dur := flag.Duration("d", 3*time.Second, "load: how long (throughput)")
-	ms := flag.Int("ms", 1000, "load: how long each bulk call holds its slot (priority)")
+	ms := flag.Int("ms", 1000, "load: how long each bulk call holds its slot (priority); gateway: a call's work at full speed")
 	h2 := flag.Bool("h2", false, "load: HTTP/2 cleartext (prior knowledge) instead of HTTP/1.1")
+	stats := flag.String("stats", "", "load (overload): the gateway's /stats")
+	rate := flag.Float64("rate", 0, "load (overload): calls a second; 0: interactive calls one at a time")
+	warm := flag.Int("warm", 0, "load (overload): seconds before the measured window")
+	timeout := flag.Int("timeout", 5, "load (overload): the SDK-like client's timeout per attempt, seconds")
+	retries := flag.Int("retries", 2, "load (overload): the SDK-like client's retries")
 	listen := flag.String("listen", "", "upstream, floor: listen here (by hand, to profile a proxy) instead of on the listener handed over")
 	// The orchestrator's.
 	var o options
@@ -38,7 +44,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "interleaved rounds of every measurement")
 	flag.IntVar(&o.calls, "calls", 3000, "sequential calls per latency measurement")
 	flag.StringVar(&o.variant, "variant", "", "also measure latency and CPU of a lanes-exporter run with this environment, space-separated (GOMAXPROCS=1 ...)")
-	flag.StringVar(&o.only, "only", "", "measure only these, comma-separated: latency,throughput,priority,memory (default all)")
+	flag.StringVar(&o.only, "only", "", "measure only these, comma-separated: latency,throughput,priority,memory,overload (default all)")
 	render := flag.String("render", "", "render the figures of this saved run (its JSON output) again, without measuring")
 	flag.BoolVar(&o.quick, "quick", false, "a short run (tests): fewer calls, rounds and queued calls")
 	flag.Parse()
@@ -61,9 +67,19 @@ func main() {
 	switch *role {
 	case "upstream":
 		log.Fatal(serveUpstream(listener()))
+	case "gateway":
+		log.Fatal(serveGateway(listener(), *conc, time.Duration(*ms)*time.Millisecond))
 	case "floor":
 		log.Fatal(serveFloor(listener(), *url, *conc))
 	case "load":
+		if *mode == "overload" {
+			r, err := runOverload(*url, *stats, *rate, time.Duration(*warm)*time.Second, *dur, time.Duration(*timeout)*time.Second, *retries)
+			if err != nil {
+				log.Fatal(err)
+			}
+			json.NewEncoder(os.Stdout).Encode(r)
+			return
+		}
 		var r loadResult
 		var err error
 		switch *mode {

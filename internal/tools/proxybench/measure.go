@@ -178,9 +178,11 @@ func (b *bench) each(proxies []string, limit int, reserve bool, f func(round int
 func measure(o options) (*report, error) {
 	b := &bench{o: o, s: samples{}, p: params{Rounds: o.rounds, Calls: o.calls, Warm: 300, LatencyLimit: 64,
 		ThroughputLimit: 32, ThroughputCallers: 64, ThroughputMs: 20, ThroughputSeconds: 3,
-		PriorityLimit: 4, PriorityBacklog: 100, PriorityMs: 1000, Queued: []int{5000, 10000}, QueueRounds: 3, Variant: o.variant}}
+		PriorityLimit: 4, PriorityBacklog: 100, PriorityMs: 1000, Queued: []int{5000, 10000}, QueueRounds: 3, Variant: o.variant,
+		Overload: overloadParams{Capacity: 8, WorkMs: 250, TimeoutS: 5, MaxRetries: 2, WarmS: 5, WindowS: 20, NoLoadS: 3, Levels: []float64{1, 1.5, 2, 3}}}}
 	if o.quick {
 		b.p.Rounds, b.p.Calls, b.p.Warm, b.p.ThroughputSeconds, b.p.Queued, b.p.QueueRounds = 1, 300, 50, 1, []int{200}, 1
+		b.p.Overload.WarmS, b.p.Overload.WindowS, b.p.Overload.NoLoadS, b.p.Overload.Levels = 1, 3, 1, []float64{3}
 	}
 	var err error
 	if b.self, err = os.Executable(); err != nil {
@@ -197,7 +199,7 @@ func measure(o options) (*report, error) {
 	for _, st := range []struct {
 		name string
 		run  func() error
-	}{{"latency", b.latency}, {"throughput", b.throughput}, {"priority", b.priority}, {"memory", b.memory}} {
+	}{{"latency", b.latency}, {"throughput", b.throughput}, {"priority", b.priority}, {"memory", b.memory}, {"overload", b.overload}} {
 		if o.runs(st.name) {
 			if err := st.run(); err != nil {
 				return nil, fmt.Errorf("%s: %w", st.name, err)

@@ -76,10 +76,33 @@ func TestQuickRun(t *testing.T) {
 	if w := one("haproxy/interactive_wait_ms"); w > 2*float64(p.PriorityMs) {
 		t.Errorf("HAProxy: the interactive call waited %.0f ms: are its priority classes set?", w)
 	}
-	if len(r.Goals) != 4+2*len(p.Queued) {
+	// Under overload the lane holds the gateway to its capacity, and the
+	// callers it cannot serve in time are answered, not left to time out
+	// at the gateway; with no limiter the gateway takes every caller.
+	o := p.Overload
+	for _, l := range o.Levels {
+		pre := "/overload_" + levelKey(l) + "_"
+		for _, path := range overloadPaths {
+			if v := one(path + pre + "calls_per_min"); v <= 0 || v > 1.05*o.capacityPerMin() {
+				t.Errorf("%s at %s: %.0f calls a minute from a gateway that completes %.0f", path, levelKey(l), v, o.capacityPerMin())
+			}
+		}
+		for _, path := range []string{"lanes", "haproxy"} {
+			if v := one(path + pre + "max_at_gateway"); v > float64(o.Capacity) {
+				t.Errorf("%s at %s: %.0f calls at the gateway at once, a lane of %d", path, levelKey(l), v, o.Capacity)
+			}
+		}
+		if v := one("none" + pre + "max_at_gateway"); v <= float64(o.Capacity) {
+			t.Errorf("no limiter at %s: at most %.0f calls at the gateway; the load does not overload it", levelKey(l), v)
+		}
+		if v := one("lanes" + pre + "failed_pct"); v <= 0 {
+			t.Errorf("lanes at %s: no caller answered early; the load does not overload the lane", levelKey(l))
+		}
+	}
+	if len(r.Goals) != 3*len(o.Levels) {
 		t.Errorf("%d goals checked", len(r.Goals))
 	}
-	for _, want := range []string{"| added latency p50, µs |", "| RSS per queued call, HTTP/2, " + strconv.Itoa(p.Queued[0]) + " queued, KiB |", "`GOMAXPROCS=1`", "| Go floor / HAProxy |"} {
+	for _, want := range []string{"| added latency p50, µs |", "| RSS per queued call, HTTP/2, " + strconv.Itoa(p.Queued[0]) + " queued, KiB |", "`GOMAXPROCS=1`", "| Go floor / HAProxy |", "### Goodput under overload", "| 3x | calls answered a minute |"} {
 		if !strings.Contains(r.Markdown, want) {
 			t.Errorf("the section lacks %q", want)
 		}
