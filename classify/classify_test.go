@@ -79,7 +79,7 @@ func TestClassify(t *testing.T) {
 			classify.GatewayDegraded, []string{"retries"}, "gateway degraded: 3 retries in 5 min"},
 		{"errors under the ratio", with(func(l *limiter.LaneSnapshot) { l.Upstream = &limiter.UpstreamCounts{OK: 1000, ServerErrors: 5} }),
 			classify.Healthy, []string{}, "gate healthy: 0 of 6 slots in use, 0 waiting"},
-		// ADR-0115 D8: gateway_degraded only while the lane is not queueing
+		// docs/DESIGN.md, "Classification": gateway_degraded only while the lane is not queueing
 		// on purpose; when both hold, local_queue, gateway reasons listed.
 		{"saturated in front of a failing gateway: local_queue, gateway reasons listed", with(func(l *limiter.LaneSnapshot) {
 			l.Inflight, l.Queued, l.Saturated, l.WaitP90 = 6, 9, true, sec(171)

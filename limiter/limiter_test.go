@@ -159,7 +159,7 @@ func TestArrivalOrdersWithinClass(t *testing.T) {
 	s.Release()
 }
 
-// 5. Reserve: counted against non-interactive holders (ADR-0115 D2, D6).
+// 5. Reserve: counted against non-interactive holders (docs/DESIGN.md, "Semantics of a lane").
 // Calls whose own class is not interactive may hold MaxInflight minus the
 // reserve slots at once; interactive calls may take any free slot.
 

@@ -10,7 +10,7 @@ import (
 	"github.com/llmlanes/llmlanes/limiter"
 )
 
-// The D8 example of DESIGN.md, as written there.
+// The snapshot example of docs/DESIGN.md ("The snapshot"), as written there.
 const designExample = `{"enabled": true, "generated_at": "2026-09-28T09:26:00Z",
  "lanes": [{"lane": "https://gw/v1|protolabs/smart", "limit": 6, "reserve": 1,
             "inflight": 6, "queued": 9,

@@ -176,8 +176,8 @@ P_llm_queue_wait_seconds_count{lane="https://gw/v1|protolabs/smart",priority="in
 `, "P_", prefix+"_")
 }
 
-// 1. The D8 series after a scripted scenario, exactly, for two prefixes.
-func TestD8SeriesExactly(t *testing.T) {
+// 1. The design record's series (docs/DESIGN.md, "Metrics") after a scripted scenario, exactly, for two prefixes.
+func TestDesignSeriesExactly(t *testing.T) {
 	for _, prefix := range []string{"", "protoagent"} {
 		want := prefix
 		if want == "" {
@@ -199,7 +199,7 @@ func TestD8SeriesExactly(t *testing.T) {
 	}
 }
 
-// The series beyond D8 that dashboards and alerts use.
+// The series beyond the design record's that dashboards and alerts use.
 func TestExtraSeries(t *testing.T) {
 	s := newStack(t, limiter.Config{MaxInflight: 2, QueueTimeout: 20 * time.Second, InteractiveReserve: 1}, telemetry.Options{})
 	defer script(s)()

@@ -437,7 +437,7 @@ func TestBypassStreamsNotCut(t *testing.T) {
 	}
 }
 
-// countingTarget is a D8 snapshot endpoint that counts its polls.
+// countingTarget is a snapshot endpoint that counts its polls.
 type countingTarget struct {
 	*httptest.Server
 	mu sync.Mutex

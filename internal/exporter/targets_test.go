@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// 7. Targets: a D8 target is re-exported and classified, a down target is
+// 7. Targets: a snapshot target is re-exported and classified, a down target is
 // reported (not fatal), and the budget across processes is set beside the
 // upstream's capacity.
 func TestTargets(t *testing.T) {
