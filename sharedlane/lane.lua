@@ -18,7 +18,7 @@
 --   8 g   HASH  granted waiter id, not yet claimed -> grant time (ms), or a waiter
 --               refused as too large -> "x|budget|its size" (see refuse)
 --   9 m   HASH  seq (the counter of ids and grants), since (queue non-empty since, ms), lane (its key),
---               boot (the server's start, ms), tl and ta (the token budget's level and
+--               boot and run (the server's start, ms, and its run id: see serverStart), tl and ta (the token budget's level and
 --               when it was, ms), ti (the estimates of the calls holding slots), tb
 --               (a budget is on: see adopt), pl (the token limit the provider last
 --               announced as its own: a call estimated above it is refused until px,
@@ -67,15 +67,16 @@
 -- tenants) per grant, and only the tenants tied with it are read for their
 -- heads.
 --
--- For one lease TTL after Redis starts (or restarts, empty), nothing is
+-- For one lease TTL after Redis starts (or restarts, empty or from a
+-- file: see serverStart), nothing is
 -- granted: the processes whose calls were running re-register them first
 -- (a renewal finds its lease gone and takes it again, by force), so a
 -- restart cannot hand out slots that running calls still use.
 --
--- Ids are a 16-digit hex sequence and the caller's random suffix, so that
--- their string order is their enqueue order (FIFO among equal arrivals)
--- and an id can never be mistaken for another after the lane's counter
--- expires with the lane.
+-- Ids are a 16-digit hex sequence, the server's run and the caller's
+-- random suffix (see newid), so that their string order is their enqueue
+-- order (FIFO among equal arrivals) and an id can never be mistaken for
+-- another after the lane's counter expires with the lane or a restart.
 -- A call's state, set afresh by begin (below) at the start of every call:
 -- the library is loaded once and its functions made once (making them on
 -- every call, as a script's body does, cost more than the rest of an
@@ -134,17 +135,31 @@ local function wr(cmd, k, ...)
 end
 
 -- The server's start, from its uptime (whole seconds, so the estimate is
--- never earlier than the truth), kept in the lane's meta key so that INFO
--- runs once per lane rather than once per call; the key goes with a
--- restart, and the estimate is made again.
+-- never earlier than the truth), kept in the lane's meta key beside the
+-- server's run id, so that INFO runs once per lane rather than once per
+-- call. The mark is checked against INFO once per lane in each life of
+-- this library (checked, the one state kept between calls outside the
+-- keyspace, on purpose: a restart and a load start it empty), and made
+-- again when the run id it notes differs: after a restart the meta key is
+-- gone or, restored from a file, names the run that wrote it. Either way the lane
+-- gets its quiet time, and ids carry the new run (see newid).
+local checked, nchecked, run = {}, 0, nil
 local function serverStart()
   local boot = tonumber(meta.boot or '')
-  if not boot then
-    local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+  if boot and checked[M] then return boot end
+  local info = redis.call('INFO', 'server')
+  run = string.sub(string.match(info, 'run_id:(%x+)') or '', 1, 12)
+  local marked = redis.call('HGET', M, 'run')
+  if not boot or (marked and marked ~= run) then
+    local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
     boot = now - up * 1000
-    wr('HSET', M, 'boot', boot)
+    wr('HSET', M, 'boot', boot, 'run', run)
     meta.boot = boot
+  elseif not marked then
+    wr('HSET', M, 'run', run) -- a mark made without its run (a test's): this run's
   end
+  if nchecked >= 100000 then checked, nchecked = {}, 0 end -- bounded: a lane forgotten is checked again
+  checked[M], nchecked = true, nchecked + 1
   return boot
 end
 local function quiet()
@@ -929,9 +944,15 @@ local function sweep()
 end
 
 -- newid returns a new id, and its place in the lane's counter.
+-- newid is a new holder's or waiter's id: the lane's counter, the server's
+-- run and the process's suffix. The counter orders grants; the run keeps
+-- ids apart across restarts, when the counter starts again (empty) or goes
+-- back (restored from a file), so that a slot registered again never takes
+-- the id of another call still running.
 local function newid(suffix)
   local n = nextSeq()
-  return string.format('%016x', n) .. ':' .. suffix, n
+  serverStart()
+  return string.format('%016x', n) .. ':' .. run .. ':' .. suffix, n
 end
 
 -- recount makes the tenants' i: fields count their slots held when the cap
