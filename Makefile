@@ -74,8 +74,9 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## bench: run the benchmarks, then lanes-exporter beside HAProxy (internal/tools/proxybench,
-## each part in its own process, a few minutes), and rewrite docs/BENCHMARKS.md with
+## bench: run the benchmarks, then lanes-exporter beside HAProxy and no limiter, per call and
+## under overload (internal/tools/proxybench, each part in its own process, about 12
+## minutes), and rewrite docs/BENCHMARKS.md with
 ## figures and ratios (the raw go test output is kept in docs/bench/raw.txt, the proxy
 ## figures in docs/bench/proxy.json; re-render both with
 ##  go run ./internal/tools/benchreport -in docs/bench/raw.txt)
