@@ -166,7 +166,9 @@ func overloadSection(p overloadParams, s samples, r *report) string {
 		"(a lane of C on its documented defaults), HAProxy as the same lane, and straight to the gateway; a fresh gateway and proxy "+
 		"for each run, %d s of warm-up, then %d s measured. *Calls answered a minute* counts callers answered 2xx; C completes "+
 		"%.0f a minute. *Interactive* latencies are a caller's, retries included; no-load: interactive calls one at a time for %d s. "+
-		"*Wasted*: the gateway's work on calls whose client had gone, of all its work.\n\n",
+		"*Wasted*: the gateway's work on calls whose client had gone, of all its work. *Most calls at the gateway*: "+
+		"HAProxy frees a slot when its client aborts, before the gateway has seen the connection close, so its count can pass C "+
+		"by the calls being stopped.\n\n",
 		p.Capacity, p.WorkMs, mixText(), p.TimeoutS, p.MaxRetries, p.WarmS, p.WindowS, p.capacityPerMin(), p.NoLoadS)
 	fmt.Fprintf(&b, "| load | measure | %s | %s | %s |\n| --- | --- | ---: | ---: | ---: |\n",
 		overloadNames["lanes"], overloadNames["haproxy"], overloadNames["none"])
@@ -182,6 +184,9 @@ func overloadSection(p overloadParams, s samples, r *report) string {
 			for _, path := range overloadPaths {
 				v := s[path+"/"+pre+row.key]
 				cell := spread(v)
+				if row.key == "max_at_gateway" && len(v) > 0 {
+					cell = fmt.Sprintf("%.0f", median(v))
+				}
 				if len(v) == 0 && len(s[path+"/"+pre+"calls_per_min"]) > 0 {
 					cell = "none answered"
 				}
