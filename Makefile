@@ -1,7 +1,7 @@
 # The two commands the README opens with: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: demo test stress e2e fuzz tools fmt-check vet lint-observability bench replay
+.PHONY: demo test stress chaos e2e fuzz tools fmt-check vet lint-observability bench replay
 
 ## demo: lanes-exporter against a built-in simulated gateway and load; prints the URLs
 demo:
@@ -34,6 +34,14 @@ stress: tools
 	  if [ "$$(cat $$dir/copy$$i.rc)" != 0 ]; then fail=1; echo "copy $$i failed:"; grep -E -e '^(--- FAIL|FAIL|panic:)' -e '_test.go:[0-9]+:' $$dir/copy$$i.log | head -40; fi; \
 	done; \
 	[ $$fail = 0 ] && echo "make stress: both copies passed"; exit $$fail
+
+## chaos: Redis restarted under load CHAOSRESTARTS times of each kind (empty, and from a
+## snapshot older than a lease), two lanes-exporter processes sharing a lane: never more
+## calls at the gateway than the lane's limit, no call cut (about 13 minutes; make test
+## runs 3 of each)
+CHAOSRESTARTS ?= 100
+chaos: tools
+	LLMLANES_CHAOS_RESTARTS=$(CHAOSRESTARTS) $(GO) test -count=1 -timeout 60m -run '^TestRestartChaos$$' -v ./sharedlane
 
 ## fuzz: coverage-guided fuzzing of each fuzz target for FUZZTIME (CI runs 10s each)
 FUZZTIME ?= 2m

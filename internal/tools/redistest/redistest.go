@@ -156,7 +156,12 @@ func (s *Server) Kill() {
 	}
 }
 
-// Restart kills the server and starts it again, empty, on the same port.
+// DumpFile is where the server writes its snapshot (SAVE) and reads it
+// from when it starts.
+func (s *Server) DumpFile() string { return filepath.Join(s.dir, "dump.rdb") }
+
+// Restart kills the server and starts it again on the same port: empty,
+// unless a SAVE left a snapshot in DumpFile, which it loads.
 func (s *Server) Restart() {
 	s.Kill()
 	if err := s.start(); err != nil {
