@@ -107,23 +107,16 @@ func BenchmarkShared(b *testing.B) {
 		defer be.Close()
 		tbe, tlim, ctxs := mkTenants("it")
 		defer tbe.Close()
-		pair := func(l *limiter.Limiter, ctx context.Context, key string) {
-			s, err := l.Acquire(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.Release()
-		}
 		// Each iteration runs the three in an order of its own (a seeded
 		// shuffle), because what runs just before a measurement moves it:
 		// in a fixed order on this VM, the PINGs after the tenants' pair
 		// took 90 µs and the plain pair after the PINGs 146, where each
-		// after the other kind took 112 and 124 (docs/BENCHMARKS.md).
+		// after the other kind took 112 and 124 (docs/notes/shared-pair-profile.md).
 		i := 0
 		times := shuffled(b, 1,
 			func() { rdb.Ping(ctx); rdb.Ping(ctx) },
-			func() { pair(lim, ctx, lane) },
-			func() { pair(tlim, ctxs[i%3], "tenants-interleaved"); i++ })
+			func() { pair(b, lim, ctx, lane) },
+			func() { pair(b, tlim, ctxs[i%3], "tenants-interleaved"); i++ })
 		m := median(times[0])
 		b.ReportMetric(median(times[1])/m, "plain-x-2xping")
 		b.ReportMetric(median(times[2])/m, "tenants-budget-x-2xping")
@@ -159,19 +152,12 @@ func BenchmarkShared(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		pair := func(l *limiter.Limiter, ctx context.Context, key string) {
-			s, err := l.Acquire(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.Release()
-		}
 		i := 0
 		times := shuffled(b, 3,
 			func() { rdb.Ping(ctx); rdb.Ping(ctx) },
 			bare,
-			func() { pair(lim, ctx, lane) },
-			func() { pair(tlim, ctxs[i%3], "tenants-floor"); i++ })
+			func() { pair(b, lim, ctx, lane) },
+			func() { pair(b, tlim, ctxs[i%3], "tenants-floor"); i++ })
 		m, f := median(times[0]), median(times[1])
 		b.ReportMetric(f/m, "bare-x-2xping")
 		b.ReportMetric(median(times[2])/f, "plain-x-bare")
@@ -414,6 +400,15 @@ func shuffled(b *testing.B, seed uint64, runs ...func()) [][]float64 {
 		}
 	}
 	return times
+}
+
+// pair is one acquire and release of key through l.
+func pair(b *testing.B, l *limiter.Limiter, ctx context.Context, key string) {
+	s, err := l.Acquire(ctx, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Release()
 }
 
 func median(xs []float64) float64 {
