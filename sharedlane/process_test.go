@@ -382,11 +382,28 @@ func threeProcesses(t *testing.T, url string, settled, clean func()) {
 		t.Fatalf("the gateway worked on %d calls at once; the shared lane's limit is 4", peak)
 	}
 	for _, p := range procs {
-		if s := p.snapshot(t); s["inflight"] != float64(0) || s["queued"] != float64(0) {
+		if s := freshSnapshot(t, p); s["inflight"] != float64(0) || s["queued"] != float64(0) {
 			t.Fatalf("left in the lane: %v", s)
 		}
 	}
 	clean()
+}
+
+// freshSnapshot is p's snapshot of its lane once its shared figures are
+// read from Redis for it (figures_age_s 0): a store slow to answer, as
+// under make stress, leaves the snapshot with the figures of its last
+// read, which may be seconds old and count calls long over.
+func freshSnapshot(t *testing.T, p *exporterProc) map[string]any {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		s := p.snapshot(t)
+		if sh, _ := s["shared"].(map[string]any); sh != nil && sh["figures_age_s"] == float64(0) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shared figures were never fresh in 15 s: %v", s)
+		}
+	}
 }
 
 // 3. A process killed with SIGKILL while it holds 2 slots and 3 queue
