@@ -141,15 +141,22 @@ type exporterProc struct {
 // shared in Redis at redisURL as process name.
 func startExporter(t *testing.T, gw, redisURL, name string, limit int, shared string) *exporterProc {
 	t.Helper()
-	addr := freeAddr(t)
 	if !strings.Contains(shared, "lease_ttl") {
 		shared += ", lease_ttl: 1s"
 	}
-	return runExporter(t, name, addr, fmt.Sprintf(`listen: %s
+	// freeAddr's port is free when it returns, not when the exporter binds
+	// it: under make stress another test's process may take it first.
+	for try := 0; ; try++ {
+		addr := freeAddr(t)
+		p, bound := tryExporter(t, name, addr, fmt.Sprintf(`listen: %s
 limiter: {max_inflight: %d, queue_timeout: 5s, interactive_reserve: 1}
 upstreams: [{name: gw, base_url: "%s/v1"}]
 shared: {redis_url: "%s", process: %s%s}
 `, addr, limit, gw, redisURL, name, shared))
+		if bound || try == 4 {
+			return p
+		}
+	}
 }
 
 // freeAddr returns a loopback address nothing listens on.
@@ -166,6 +173,14 @@ func freeAddr(t *testing.T) string {
 // runExporter runs lanes-exporter as name with configuration cfg, which
 // listens on addr, and waits until it is ready.
 func runExporter(t *testing.T, name, addr, cfg string) *exporterProc {
+	t.Helper()
+	p, _ := tryExporter(t, name, addr, cfg)
+	return p
+}
+
+// tryExporter is runExporter, but for an addr another process took
+// meanwhile: false then, and no process (the test goes on).
+func tryExporter(t *testing.T, name, addr, cfg string) (*exporterProc, bool) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "lanes.yaml")
 	os.WriteFile(file, []byte(cfg), 0o644)
@@ -196,8 +211,11 @@ func runExporter(t *testing.T, name, addr, cfg string) *exporterProc {
 		if res, err := http.Get("http://" + addr + "/-/ready"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return p
+				return p, true
 			}
+		}
+		if p.logged("address already in use") {
+			return nil, false
 		}
 		if time.Now().After(deadline) {
 			p.mu.Lock()
