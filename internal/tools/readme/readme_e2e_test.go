@@ -182,6 +182,14 @@ func TestReadmeCommands(t *testing.T) {
 				t.Fatalf("make stress does not run two copies of the race-enabled suite three times:\n%s", out)
 			}
 		},
+		// make chaos takes minutes at its 100 restarts of each kind: one of
+		// each, through the same target, shows it runs what it says.
+		"make chaos": func(t *testing.T) {
+			out := run(t, work, "make chaos", 5*time.Minute, "CHAOSRESTARTS=1")
+			if !strings.Contains(out, "1 restarts of each kind") || !strings.Contains(out, "--- PASS: TestRestartChaos") {
+				t.Fatalf("make chaos did not run TestRestartChaos with one restart of each kind:\n%s", out)
+			}
+		},
 		"make replay": func(t *testing.T) {
 			run(t, work, "make replay", 5*time.Minute)
 			// The simulated part is exact: the committed report must be
