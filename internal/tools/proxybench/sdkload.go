@@ -181,7 +181,9 @@ func runOverload(url, statsURL string, rate float64, warm, window, timeout time.
 	from, to := t0.Add(warm), t0.Add(warm+window)
 	var before, after gatewayStats
 	var statsErr error
+	statsRead := make(chan struct{})
 	go func() {
+		defer close(statsRead)
 		time.Sleep(time.Until(from))
 		before, statsErr = readGatewayStats(statsURL)
 		time.Sleep(time.Until(to))
@@ -200,7 +202,7 @@ func runOverload(url, statsURL string, rate float64, warm, window, timeout time.
 			mu.Unlock()
 		}()
 	}
-	time.Sleep(time.Until(to) + 100*time.Millisecond) // the stats are read
+	<-statsRead // the window's end, and the gateway's counts at it
 	mu.Lock()
 	defer mu.Unlock()
 	if statsErr != nil {
